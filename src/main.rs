@@ -1,1 +1,351 @@
-fn main(){}
+//! The `cutout` command: parses the command line and maps errors to exit
+//! codes (2: bad arguments, 1: the command failed). The work is in the library.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand};
+use cutout::clock::Clock;
+use cutout::config::Settings;
+use cutout::domain::{AccountName, Month, SizeMode};
+use cutout::engine::{self, Inference, Manifest, Readiness};
+use cutout::pipeline::Pipeline;
+use cutout::store::Store;
+use cutout::{App, EngineSource};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Background-removal appliance: POST a photo, get a transparent PNG cut-out"
+)]
+struct Cli {
+    /// Where the SQLite database lives.
+    #[arg(long, global = true, env = "CUTOUT_DATA_DIR", default_value = "./data")]
+    data_dir: PathBuf,
+    /// Where the model files are (see `make models`).
+    #[arg(
+        long,
+        global = true,
+        env = "CUTOUT_MODELS_DIR",
+        default_value = "./models"
+    )]
+    models_dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API.
+    Serve {
+        #[arg(long, env = "CUTOUT_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// A model from the manifest: isnet, modnet, u2netp.
+        #[arg(long, env = "CUTOUT_MODEL")]
+        model: Option<String>,
+        /// On an empty database, create account `demo` and print a key for it.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Manage accounts.
+    #[command(subcommand)]
+    Account(AccountCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Show an account's usage this month, or correct it with `usage set`.
+    #[command(args_conflicts_with_subcommands = true)]
+    Usage {
+        account: Option<String>,
+        #[command(subcommand)]
+        set: Option<UsageCommand>,
+    },
+    /// Cut out one image offline, without a key.
+    Remove {
+        input: PathBuf,
+        output: PathBuf,
+        #[arg(long, default_value = "auto")]
+        size: String,
+        #[arg(long)]
+        model: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum AccountCommand {
+    Create {
+        name: String,
+        #[arg(long)]
+        plan: String,
+    },
+    List,
+    SetPlan {
+        name: String,
+        plan: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Prints the new key alone on the last line; it is shown only this once.
+    Create {
+        account: String,
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    List {
+        account: String,
+    },
+    Revoke {
+        key_or_prefix: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum UsageCommand {
+    /// Set this month's count (an operator's correction; it is logged).
+    Set {
+        account: String,
+        #[arg(long)]
+        count: u32,
+    },
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprintln!("error: a subcommand is missing (see --help)");
+            std::process::exit(2);
+        }
+        Err(e) => {
+            let first = e
+                .render()
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or("error: bad arguments")
+                .to_owned();
+            eprintln!("{first} (see --help)");
+            std::process::exit(2);
+        }
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let clock = Clock::default();
+    let now = clock.now_unix();
+    let store = || {
+        Store::open(&cli.data_dir).with_context(|| format!("opening {}", cli.data_dir.display()))
+    };
+    match cli.command {
+        Command::Serve {
+            listen,
+            model,
+            demo,
+        } => {
+            let settings = Settings {
+                data_dir: cli.data_dir,
+                models_dir: cli.models_dir,
+                listen,
+                model,
+                ..Settings::default()
+            };
+            serve(settings, demo)
+        }
+        Command::Account(AccountCommand::Create { name, plan }) => {
+            let name = AccountName::parse(&name)
+                .ok_or_else(|| anyhow!("account names are 1-64 of A-Z a-z 0-9 . _ -"))?;
+            store()?.create_account(&name, &plan, now)?;
+            println!("created account {name} on plan {plan}");
+            Ok(())
+        }
+        Command::Account(AccountCommand::List) => {
+            println!(
+                "{:<24} {:<10} {:>8} {:>8} {:>6}",
+                "ACCOUNT", "PLAN", "USED", "LIMIT", "CONC"
+            );
+            for (a, used) in store()?.accounts(Month::of_unix(now))? {
+                let limit = a.plan.monthly_limit.map_or("-".into(), |l| l.to_string());
+                println!(
+                    "{:<24} {:<10} {used:>8} {limit:>8} {:>6}",
+                    a.name, a.plan.name, a.plan.concurrency
+                );
+            }
+            Ok(())
+        }
+        Command::Account(AccountCommand::SetPlan { name, plan }) => {
+            store()?.set_plan(&name, &plan)?;
+            println!("account {name} is now on plan {plan}");
+            Ok(())
+        }
+        Command::Key(KeyCommand::Create { account, label }) => {
+            let key = store()?.create_key(&account, &label, now)?;
+            eprintln!("new key for {account} (shown only now; store it safely):");
+            println!("{}", key.expose());
+            Ok(())
+        }
+        Command::Key(KeyCommand::List { account }) => {
+            println!(
+                "{:<14} {:<20} {:<12} {:<12} STATUS",
+                "PREFIX", "LABEL", "CREATED", "LAST USED"
+            );
+            for k in store()?.keys(&account)? {
+                let status = if k.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "active"
+                };
+                let last = k.last_used_at.map_or("never".into(), date);
+                println!(
+                    "{:<14} {:<20} {:<12} {last:<12} {status}",
+                    k.prefix,
+                    k.label,
+                    date(k.created_at)
+                );
+            }
+            Ok(())
+        }
+        Command::Key(KeyCommand::Revoke { key_or_prefix }) => {
+            store()?.revoke_key(&key_or_prefix, now)?;
+            println!("revoked");
+            Ok(())
+        }
+        Command::Usage {
+            account: Some(account),
+            set: None,
+        } => {
+            let store = store()?;
+            let a = store.account(&account)?;
+            let month = Month::of_unix(now);
+            let used = store.usage(a.id, month)?;
+            let limit = a
+                .plan
+                .monthly_limit
+                .map_or("unlimited".into(), |l| l.to_string());
+            println!("{account} {month}: {used} of {limit}");
+            Ok(())
+        }
+        Command::Usage {
+            set: Some(UsageCommand::Set { account, count }),
+            ..
+        } => {
+            let store = store()?;
+            let month = Month::of_unix(now);
+            let before = store.usage(store.account(&account)?.id, month)?;
+            store.set_usage(&account, month, count)?;
+            log::warn!("operator set usage of {account} for {month} from {before} to {count}");
+            println!("{account} {month}: {count}");
+            Ok(())
+        }
+        Command::Usage {
+            account: None,
+            set: None,
+        } => bail!("name an account: cutout usage ACCOUNT"),
+        Command::Remove {
+            input,
+            output,
+            size,
+            model,
+        } => remove(&cli.models_dir, &input, &output, &size, model),
+    }
+}
+
+fn serve(settings: Settings, demo: bool) -> Result<()> {
+    let app = App::build(settings, EngineSource::Load)?;
+    if demo {
+        print_demo_key(&app.state().store, app.addr())?;
+    }
+    log::info!("listening on http://{}", app.addr());
+    let shutdown = app.shutdown_handle();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            log::info!("signal {signal}: finishing requests in flight, then stopping");
+            shutdown.shutdown();
+        }
+    });
+    app.run();
+    log::info!("stopped");
+    Ok(())
+}
+
+/// Demo mode, on an empty database only: account `demo` on Pro and one key.
+fn print_demo_key(store: &Store, addr: std::net::SocketAddr) -> Result<()> {
+    if !store.is_empty()? {
+        return Ok(());
+    }
+    let now = Clock::default().now_unix();
+    let name = AccountName::parse("demo").expect("a valid name");
+    store.create_account(&name, "pro", now)?;
+    let key = store.create_key("demo", "demo", now)?;
+    println!(
+        "Demo account `demo` (Pro plan) created. Its API key, shown only this once:\n\n    {}\n",
+        key.expose()
+    );
+    println!(
+        "Try it:\n\n    curl -f -H 'X-Api-Key: {}' -F image_file=@photo.jpg http://{addr}/api/remove-bg -o cutout.png\n",
+        key.expose()
+    );
+    Ok(())
+}
+
+fn remove(
+    models_dir: &std::path::Path,
+    input: &PathBuf,
+    output: &PathBuf,
+    size: &str,
+    model: Option<String>,
+) -> Result<()> {
+    let size =
+        SizeMode::parse(size).ok_or_else(|| anyhow!("--size must be auto, preview or full"))?;
+    let manifest = Manifest::builtin();
+    let spec = manifest
+        .model(model.as_deref())
+        .ok_or_else(|| {
+            anyhow!(
+                "no model named {model:?} (models: {})",
+                manifest.names().join(", ")
+            )
+        })?
+        .clone();
+    let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
+    let started = Instant::now();
+    let engine = engine::load(&spec, models_dir)?;
+    let loaded = started.elapsed();
+    let inference = Inference::start(1, 1);
+    inference.set(Readiness::Ready(Arc::new(engine), loaded));
+    let pipeline = Pipeline { spec, inference };
+    let started = Instant::now();
+    let cut = pipeline
+        .cut_out(&bytes, size)
+        .map_err(|e| anyhow!("{}: {}", e.code(), e.detail()))?;
+    let took = started.elapsed();
+    std::fs::write(output, &cut.png).with_context(|| format!("writing {}", output.display()))?;
+    eprintln!(
+        "wrote {} ({}x{}): model {} loaded in {:.2} s, image took {:.2} s",
+        output.display(),
+        cut.width,
+        cut.height,
+        pipeline.spec.name,
+        loaded.as_secs_f64(),
+        took.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A Unix time as a UTC date, YYYY-MM-DD.
+fn date(unix: i64) -> String {
+    let month = Month::of_unix(unix);
+    format!("{month}-{:02}", (unix - month.start_unix()) / 86_400 + 1)
+}

@@ -68,8 +68,12 @@ where
         // (a lying Content-Length became a multi-gigabyte allocation) and
         // read it all. Now a bounded drain; past it, the connection is not
         // reused (the next request line fails to parse and it is closed).
-        let mut limited = (&mut self.reader).take(self.size as u64);
-        let result = drain_bounded(&mut limited).map(|_| ());
+        // A remainder past the bound is not worth a worker's time at all.
+        let result = if self.size as u64 > DRAIN_MAX_BYTES {
+            Ok(())
+        } else {
+            drain_bounded(&mut (&mut self.reader).take(self.size as u64)).map(|_| ())
+        };
         self.last_read_signal.send(result).ok();
     }
 }

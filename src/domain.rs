@@ -1,0 +1,224 @@
+//! Values parsed at the edge into types that cannot hold bad ones: account
+//! and plan names, API keys, the `size` field, the billing month.
+
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+/// The `size` form field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeMode {
+    /// The input's resolution, scaled down to 25 MP when larger.
+    Auto,
+    /// At most 0.25 MP, aspect kept, never upscaled.
+    Preview,
+    /// The input's resolution; above 25 MP is refused.
+    Full,
+}
+
+impl SizeMode {
+    pub fn parse(s: &str) -> Option<SizeMode> {
+        match s {
+            "auto" => Some(SizeMode::Auto),
+            "preview" => Some(SizeMode::Preview),
+            "full" => Some(SizeMode::Full),
+            _ => None,
+        }
+    }
+}
+
+/// An account's name: 1 to 64 of `A-Z a-z 0-9 . _ -`, so it is safe in logs,
+/// URLs and shell lines without quoting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountName(String);
+
+impl AccountName {
+    pub fn parse(s: &str) -> Option<AccountName> {
+        let ok = (1..=64).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        ok.then(|| AccountName(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AccountName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A secret API key: `ck_` and 40 hex digits (160 bits from the OS RNG).
+/// Only its SHA-256 is stored; its first 12 characters are a non-secret
+/// prefix for listing. No `Display`, so it cannot end up in a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+const KEY_TAG: &str = "ck_";
+const KEY_HEX_DIGITS: usize = 40;
+pub const KEY_PREFIX_LEN: usize = 12;
+
+impl ApiKey {
+    pub fn generate() -> ApiKey {
+        let mut bytes = [0u8; KEY_HEX_DIGITS / 2];
+        getrandom::fill(&mut bytes).expect("the OS random number generator failed");
+        ApiKey(format!("{KEY_TAG}{}", hex(&bytes)))
+    }
+
+    /// Accepts only the shape `generate` makes; anything else cannot be a key.
+    pub fn parse(s: &str) -> Option<ApiKey> {
+        let digits = s.strip_prefix(KEY_TAG)?;
+        let ok = digits.len() == KEY_HEX_DIGITS
+            && digits
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        ok.then(|| ApiKey(s.to_owned()))
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.0[..KEY_PREFIX_LEN]
+    }
+
+    pub fn hash(&self) -> String {
+        hex(&Sha256::digest(self.0.as_bytes()))
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ApiKey({}…)", self.prefix())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A UTC calendar month: the period a monthly quota counts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Month {
+    year: i64,
+    month: u32,
+}
+
+impl Month {
+    pub fn of_unix(secs: i64) -> Month {
+        let (year, month, _) = civil_from_days(secs.div_euclid(86_400));
+        Month { year, month }
+    }
+
+    pub fn next(self) -> Month {
+        if self.month == 12 {
+            Month {
+                year: self.year + 1,
+                month: 1,
+            }
+        } else {
+            Month {
+                year: self.year,
+                month: self.month + 1,
+            }
+        }
+    }
+
+    /// Unix time of this month's first second.
+    pub fn start_unix(self) -> i64 {
+        days_from_civil(self.year, self.month, 1) * 86_400
+    }
+}
+
+impl fmt::Display for Month {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-{:02}", self.year, self.month)
+    }
+}
+
+// Howard Hinnant's days <-> civil date algorithms (proleptic Gregorian).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn months_roll_over_at_utc_midnight_on_the_first() {
+        // 2026-01-31T23:59:59Z and 2026-02-01T00:00:00Z
+        assert_eq!(Month::of_unix(1_769_903_999).to_string(), "2026-01");
+        assert_eq!(Month::of_unix(1_769_904_000).to_string(), "2026-02");
+        assert_eq!(
+            Month::of_unix(1_769_903_999).next().start_unix(),
+            1_769_904_000
+        );
+        assert_eq!(Month::of_unix(1_798_761_600).to_string(), "2027-01");
+        assert_eq!(Month::of_unix(1_796_083_200).next().to_string(), "2027-01");
+    }
+
+    #[test]
+    fn a_generated_key_parses_and_its_prefix_is_twelve_characters() {
+        let key = ApiKey::generate();
+        assert_eq!(ApiKey::parse(key.expose()), Some(key.clone()));
+        assert_eq!(key.prefix().len(), 12);
+        assert_ne!(key, ApiKey::generate());
+        assert!(!format!("{key:?}").contains(key.expose()));
+    }
+
+    #[test]
+    fn size_modes_parse_only_their_three_names() {
+        assert_eq!(SizeMode::parse("auto"), Some(SizeMode::Auto));
+        assert_eq!(SizeMode::parse("preview"), Some(SizeMode::Preview));
+        assert_eq!(SizeMode::parse("full"), Some(SizeMode::Full));
+        assert_eq!(SizeMode::parse("Full"), None);
+        assert_eq!(SizeMode::parse(""), None);
+    }
+
+    proptest! {
+        #[test]
+        fn every_second_lies_within_its_month(secs in -2_000_000_000i64..8_000_000_000) {
+            let m = Month::of_unix(secs);
+            prop_assert!(m.start_unix() <= secs && secs < m.next().start_unix());
+        }
+
+        #[test]
+        fn key_parse_accepts_only_the_generated_shape(s in "\\PC{0,60}") {
+            if let Some(k) = ApiKey::parse(&s) {
+                prop_assert_eq!(k.expose().len(), 43);
+                prop_assert!(k.expose().starts_with("ck_"));
+            }
+        }
+
+        #[test]
+        fn account_names_are_shell_and_url_safe(s in "\\PC{0,80}") {
+            if let Some(n) = AccountName::parse(&s) {
+                prop_assert!(n.as_str().bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)));
+            }
+        }
+    }
+}

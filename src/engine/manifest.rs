@@ -1,0 +1,92 @@
+//! The model manifest (`models/manifest.toml`, compiled into the binary): for
+//! each model its file, sha256, input geometry, normalisation and output.
+
+use serde::Deserialize;
+
+const MANIFEST: &str = include_str!("../../models/manifest.toml");
+
+#[derive(Debug, Deserialize)]
+pub struct Manifest {
+    pub default: String,
+    #[serde(rename = "model")]
+    pub models: Vec<ModelSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelSpec {
+    pub name: String,
+    pub description: String,
+    pub file: String,
+    pub sha256: String,
+    pub license: String,
+    pub input: InputSpec,
+    pub normalise: Normalise,
+    pub output: OutputKind,
+    /// Weights stored as f16: converted to f32 at load.
+    pub fp16: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(tag = "fit", rename_all = "lowercase")]
+pub enum InputSpec {
+    /// A fixed square (or rectangle) the image is stretched to.
+    Squash { width: u32, height: u32 },
+    /// Aspect kept: the short side scaled to `short_side`, both sides
+    /// rounded to a multiple of `multiple`.
+    Aspect { short_side: u32, multiple: u32 },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Normalise {
+    pub scale: Scale,
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+pub enum Scale {
+    /// Divide by 255.
+    #[serde(rename = "255")]
+    Fixed255,
+    /// Divide by the image's largest channel value (U2-Net's convention).
+    #[serde(rename = "max")]
+    ImageMax,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputKind {
+    /// Already in [0, 1].
+    Unit,
+    /// Stretched so its minimum is 0 and maximum 1.
+    Minmax,
+}
+
+impl Manifest {
+    pub fn builtin() -> Manifest {
+        toml::from_str(MANIFEST).expect("models/manifest.toml is valid (a unit test parses it)")
+    }
+
+    /// The named model, or the manifest's default for `None`.
+    pub fn model(&self, name: Option<&str>) -> Option<&ModelSpec> {
+        let name = name.unwrap_or(&self.default);
+        self.models.iter().find(|m| m.name == name)
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.models.iter().map(|m| m.name.as_str()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_manifest_parses_and_its_default_exists() {
+        let m = Manifest::builtin();
+        assert_eq!(m.names(), ["isnet", "modnet", "u2netp"]);
+        assert_eq!(m.model(None).unwrap().name, "isnet");
+        assert!(m.model(Some("nope")).is_none());
+    }
+}

@@ -1,0 +1,94 @@
+//! The pure-Rust engine: tract-onnx. The model is parsed once; an optimised
+//! plan is built once per input shape and shared by every worker.
+
+use super::manifest::{InputSpec, ModelSpec};
+use super::Engine;
+use anyhow::{Context, Result};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::floats::FloatPrecisionTranslator;
+
+type Plan = Arc<TypedRunnableModel>;
+
+/// Plans kept for a kept-aspect model (each holds the weights again).
+const MAX_CACHED_PLANS: usize = 6;
+
+pub struct TractEngine {
+    model: InferenceModel,
+    fp16: bool,
+    plans: Mutex<HashMap<(u32, u32), Plan>>,
+}
+
+impl TractEngine {
+    pub fn load(spec: &ModelSpec, path: &Path) -> Result<TractEngine> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        tract_linalg::multithread::set_default_executor(
+            tract_linalg::multithread::Executor::multithread(threads),
+        );
+        let model = tract_onnx::onnx()
+            .model_for_path(path)
+            .with_context(|| format!("parsing {}", path.display()))?;
+        let engine = TractEngine {
+            model,
+            fp16: spec.fp16,
+            plans: Mutex::default(),
+        };
+        // Fixed-size models get their one plan now, so the first request is not slow.
+        if let InputSpec::Squash { width, height } = spec.input {
+            engine.plan(width, height)?;
+        }
+        Ok(engine)
+    }
+
+    fn plan(&self, width: u32, height: u32) -> Result<Plan> {
+        if let Some(plan) = self.plans.lock().unwrap().get(&(width, height)) {
+            return Ok(plan.clone());
+        }
+        let shape = [1, 3, height as usize, width as usize];
+        let mut typed = self
+            .model
+            .clone()
+            .with_input_fact(0, f32::fact(shape).into())?
+            // Some graphs declare symbolic output dims that analysis cannot resolve.
+            .with_output_fact(0, Default::default())?
+            .into_typed()?
+            .into_decluttered()?;
+        if self.fp16 {
+            // tract runs f16 graphs very slowly on x86; f32 is the fast path everywhere.
+            typed.transform(&FloatPrecisionTranslator::new(
+                DatumType::F16,
+                DatumType::F32,
+            ))?;
+        }
+        let plan = typed.into_optimized()?.into_runnable()?;
+        let mut plans = self.plans.lock().unwrap();
+        if plans.len() >= MAX_CACHED_PLANS {
+            plans.clear();
+        }
+        plans.insert((width, height), plan.clone());
+        Ok(plan)
+    }
+}
+
+impl Engine for TractEngine {
+    fn name(&self) -> &'static str {
+        "tract"
+    }
+
+    fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>> {
+        let plan = self.plan(width, height)?;
+        let tensor = Tensor::from_shape(&[1, 3, height as usize, width as usize], &input)?;
+        let outputs = plan.run(tvec!(tensor.into()))?;
+        let out = outputs[0].to_plain_array_view::<f32>()?;
+        anyhow::ensure!(
+            out.len() == (width * height) as usize,
+            "model output has {} values, expected {}x{}",
+            out.len(),
+            width,
+            height
+        );
+        Ok(out.iter().copied().collect())
+    }
+}

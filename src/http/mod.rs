@@ -1,0 +1,248 @@
+//! The HTTP server: tiny_http, a fixed pool of request workers over one
+//! `Arc<Server>`, routing, one log line per request, graceful shutdown.
+//! The only module that knows HTTP.
+
+mod api;
+mod multipart;
+mod respond;
+
+pub use multipart::{read_form, Form};
+
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::engine::{self, Engine, Inference, Manifest, Readiness};
+use crate::error::ApiError;
+use crate::limits::Limiter;
+use crate::pipeline::Pipeline;
+use crate::store::Store;
+use anyhow::{anyhow, Context, Result};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+use tiny_http::{Method, Request, Server};
+
+/// Where the model comes from.
+pub enum EngineSource {
+    /// Load the configured model from the models directory, in the
+    /// background: the server answers 503 until it is ready.
+    Load,
+    /// An engine already loaded (tests share one across many apps).
+    Ready(Arc<dyn Engine>),
+}
+
+pub struct AppState {
+    pub store: Store,
+    pub limiter: Limiter,
+    pub pipeline: Pipeline,
+    pub clock: Clock,
+    stopping: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+impl AppState {
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+}
+
+pub struct App {
+    server: Arc<Server>,
+    state: Arc<AppState>,
+    addr: SocketAddr,
+    settings: Settings,
+}
+
+/// Stops a running `App`: new requests get 503 while those in flight finish.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    server: Arc<Server>,
+    state: Arc<AppState>,
+    workers: usize,
+    grace: Duration,
+}
+
+impl App {
+    /// Opens the database, binds the port and starts loading the model;
+    /// `addr()` is the bound address (port 0 picks a free one).
+    pub fn build(settings: Settings, engine: EngineSource) -> Result<App> {
+        let manifest = Manifest::builtin();
+        let spec = manifest
+            .model(settings.model.as_deref())
+            .ok_or_else(|| {
+                anyhow!(
+                    "no model named {:?} (models: {})",
+                    settings.model,
+                    manifest.names().join(", ")
+                )
+            })?
+            .clone();
+        let store = Store::open(&settings.data_dir)
+            .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
+        let listener = TcpListener::bind(&settings.listen)
+            .with_context(|| format!("binding {}", settings.listen))?;
+        let addr = listener.local_addr()?;
+        let server =
+            Server::from_listener_with_timeout(listener, None, Some(settings.socket_timeout))
+                .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
+
+        let inference = Inference::start(settings.inference_workers, settings.queue_capacity);
+        match engine {
+            EngineSource::Ready(engine) => inference.set(Readiness::Ready(engine, Duration::ZERO)),
+            EngineSource::Load => {
+                let (inference, spec, dir) =
+                    (inference.clone(), spec.clone(), settings.models_dir.clone());
+                thread::spawn(move || {
+                    let started = Instant::now();
+                    match engine::load(&spec, &dir) {
+                        Ok(engine) => {
+                            log::info!(
+                                "model {} loaded in {:.2} s",
+                                spec.name,
+                                started.elapsed().as_secs_f64()
+                            );
+                            inference.set(Readiness::Ready(Arc::new(engine), started.elapsed()));
+                        }
+                        Err(e) => {
+                            log::error!("model {} failed to load: {e:#}", spec.name);
+                            inference.set(Readiness::Failed(format!("{e:#}")));
+                        }
+                    }
+                });
+            }
+        }
+        let state = Arc::new(AppState {
+            store,
+            limiter: Limiter::default(),
+            pipeline: Pipeline { spec, inference },
+            clock: settings.clock.clone(),
+            stopping: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+        });
+        Ok(App {
+            server: Arc::new(server),
+            state,
+            addr,
+            settings,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn state(&self) -> Arc<AppState> {
+        self.state.clone()
+    }
+
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            server: self.server.clone(),
+            state: self.state.clone(),
+            workers: self.settings.http_workers,
+            grace: self.settings.shutdown_grace,
+        }
+    }
+
+    /// Serves until shut down; returns once every worker has stopped.
+    pub fn run(self) {
+        let workers: Vec<_> = (0..self.settings.http_workers)
+            .map(|i| {
+                let (server, state) = (self.server.clone(), self.state.clone());
+                thread::Builder::new()
+                    .name(format!("http-{i}"))
+                    .spawn(move || {
+                        while let Ok(request) = server.recv() {
+                            serve(&state, request);
+                        }
+                    })
+                    .expect("spawning an HTTP worker")
+            })
+            .collect();
+        for worker in workers {
+            worker.join().ok();
+        }
+    }
+}
+
+impl ShutdownHandle {
+    /// Answers new requests 503, waits (up to the grace period) for those in
+    /// flight, then stops the workers.
+    pub fn shutdown(&self) {
+        self.state.stopping.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + self.grace;
+        while self.state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        for _ in 0..self.workers {
+            self.server.unblock();
+        }
+    }
+}
+
+fn serve(state: &AppState, mut request: Request) {
+    let started = Instant::now();
+    state.in_flight.fetch_add(1, Ordering::SeqCst);
+    let method = request.method().clone();
+    let path = request.url().split('?').next().unwrap_or("").to_owned();
+    // A panic in a handler costs its request a 500, never the worker.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        route(state, &method, &path, &mut request)
+    }))
+    .unwrap_or_else(|_| api::Outcome {
+        response: respond::error(&ApiError::Internal(anyhow!("handler panicked"))),
+        account: None,
+    });
+    let status = outcome.response.status_code().0;
+    let bytes = outcome.response.data_length().unwrap_or(0);
+    if let Err(e) = request.respond(outcome.response) {
+        log::debug!("writing the response failed: {e}");
+    }
+    state.in_flight.fetch_sub(1, Ordering::SeqCst);
+    log::info!(
+        "{method} {path} {status} account={} bytes={bytes} {}ms",
+        outcome.account.as_deref().unwrap_or("-"),
+        started.elapsed().as_millis()
+    );
+}
+
+fn route(state: &AppState, method: &Method, path: &str, request: &mut Request) -> api::Outcome {
+    let plain = |response| api::Outcome {
+        response,
+        account: None,
+    };
+    match (path, method) {
+        ("/api/remove-bg", Method::Post) => api::remove_bg(state, request),
+        ("/healthz", Method::Get | Method::Head) => {
+            plain(respond::json(200, &serde_json::json!({"status": "ok"})))
+        }
+        ("/readyz", Method::Get | Method::Head) => plain(readiness(state)),
+        ("/api/remove-bg", _) => plain(respond::error(&ApiError::MethodNotAllowed {
+            allow: "POST",
+        })),
+        ("/healthz" | "/readyz", _) => plain(respond::error(&ApiError::MethodNotAllowed {
+            allow: "GET, HEAD",
+        })),
+        _ => plain(respond::error(&ApiError::NotFound)),
+    }
+}
+
+/// Ready when the model is loaded and the database takes writes.
+fn readiness(state: &AppState) -> respond::Body {
+    let model = state.pipeline.inference.ready();
+    let database = state.store.check_writable();
+    let body = serde_json::json!({
+        "model": state.pipeline.spec.name,
+        "model_ready": model.is_ok(),
+        "model_error": model.as_ref().err().map(ToString::to_string),
+        "database_writable": database.is_ok(),
+    });
+    if model.is_ok() && database.is_ok() {
+        respond::json(200, &body)
+    } else {
+        let mut response = respond::json(503, &body);
+        response.add_header(respond::header("Retry-After", 5));
+        response
+    }
+}

@@ -1,0 +1,68 @@
+//! Decoding an upload: the format comes from the bytes alone, the pixel
+//! count is checked from the header before any pixel buffer is allocated,
+//! and the EXIF orientation is applied.
+
+use crate::error::MAX_PIXELS_DECODED;
+use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader, Limits, RgbaImage};
+use std::io::Cursor;
+
+/// Ceiling on any single allocation the decoders make: a 50 MP image at 16
+/// bits per channel with alpha is 400 MB.
+const MAX_DECODER_ALLOC: u64 = 512 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DecodeError {
+    #[error("not a JPEG, PNG or WEBP")]
+    Unsupported,
+    #[error("{width}x{height} is over the pixel limit")]
+    TooLarge { width: u32, height: u32 },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The format the bytes are in, if it is one we take.
+pub fn sniff(bytes: &[u8]) -> Option<ImageFormat> {
+    match image::guess_format(bytes) {
+        Ok(f @ (ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::WebP)) => Some(f),
+        _ => None,
+    }
+}
+
+/// Decodes to 8-bit RGBA, upright. Grey, 16-bit, CMYK, palette and alpha
+/// inputs all end up as RGBA; an animation gives its first frame.
+pub fn decode(bytes: &[u8]) -> Result<RgbaImage, DecodeError> {
+    if bytes.is_empty() {
+        return Err(DecodeError::Invalid("the file is empty".into()));
+    }
+    let format = sniff(bytes).ok_or(DecodeError::Unsupported)?;
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    let mut limits = Limits::default();
+    limits.max_alloc = Some(MAX_DECODER_ALLOC);
+    reader.limits(limits);
+    let mut decoder = reader.into_decoder().map_err(from_image_error)?;
+    let (width, height) = decoder.dimensions();
+    if u64::from(width) * u64::from(height) > MAX_PIXELS_DECODED {
+        return Err(DecodeError::TooLarge { width, height });
+    }
+    if width == 0 || height == 0 {
+        return Err(DecodeError::Invalid("the image has no pixels".into()));
+    }
+    // A broken EXIF block is no reason to refuse the pixels.
+    let orientation = decoder
+        .orientation()
+        .unwrap_or(image::metadata::Orientation::NoTransforms);
+    let mut image = DynamicImage::from_decoder(decoder).map_err(from_image_error)?;
+    image.apply_orientation(orientation);
+    Ok(image.into_rgba8())
+}
+
+fn from_image_error(e: ImageError) -> DecodeError {
+    match e {
+        ImageError::Limits(_) => DecodeError::TooLarge {
+            width: 0,
+            height: 0,
+        },
+        ImageError::Unsupported(e) => DecodeError::Invalid(e.to_string()),
+        other => DecodeError::Invalid(other.to_string()),
+    }
+}

@@ -1,0 +1,16 @@
+//! cutout: a background-removal appliance. `App` serves the API; the
+//! modules below it know nothing of HTTP (see each file's header).
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod config;
+pub mod domain;
+pub mod engine;
+pub mod error;
+pub mod http;
+pub mod imaging;
+pub mod limits;
+pub mod pipeline;
+pub mod store;
+
+pub use http::{App, EngineSource, ShutdownHandle};

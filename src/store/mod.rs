@@ -1,0 +1,305 @@
+//! SQLite: plans, accounts, API keys and monthly usage. Knows nothing of
+//! HTTP. One connection behind a mutex: every statement here is short, and
+//! requests spend their time in the model, not here.
+
+mod schema;
+
+use crate::domain::{AccountName, ApiKey, Month};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("account {0:?} already exists")]
+    AccountExists(String),
+    #[error("no account named {0:?}")]
+    NoSuchAccount(String),
+    #[error("no plan named {0:?} (plans: {1})")]
+    NoSuchPlan(String, String),
+    #[error("no active key matches {0:?}")]
+    NoSuchKey(String),
+    #[error("{0:?} matches more than one key; give more of it")]
+    AmbiguousKey(String),
+    #[error("database: {0}")]
+    Db(#[from] rusqlite::Error),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub name: String,
+    /// Images a month; `None` is unlimited.
+    pub monthly_limit: Option<u32>,
+    pub concurrency: u32,
+    pub api_access: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Account {
+    pub id: i64,
+    pub name: String,
+    pub plan: Plan,
+}
+
+#[derive(Debug, Clone)]
+pub struct KeyRecord {
+    pub prefix: String,
+    pub label: String,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// Who is calling: the account behind a valid key.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub account: Account,
+    pub key_id: i64,
+}
+
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+const ACCOUNT_COLUMNS: &str = "a.id, a.name, p.name, p.monthly_limit, p.concurrency, p.api_access";
+
+fn account_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
+    Ok(Account {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        plan: Plan {
+            name: row.get(2)?,
+            monthly_limit: row.get(3)?,
+            concurrency: row.get(4)?,
+            api_access: row.get(5)?,
+        },
+    })
+}
+
+impl Store {
+    /// Opens (creating if needed) `data_dir/cutout.db` and brings its schema up to date.
+    pub fn open(data_dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            StoreError::Db(rusqlite::Error::ToSqlConversionFailure(
+                format!("cannot create {}: {e}", data_dir.display()).into(),
+            ))
+        })?;
+        let mut conn = Connection::open(data_dir.join("cutout.db"))?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        // WAL: readers do not block the writer, and a commit survives the
+        // process being killed (NORMAL only risks the last commits on power loss).
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        schema::migrate(&mut conn)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite consistent (it rolls
+        // back), so a poisoned lock is still safe to use.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn plans(&self) -> Result<Vec<Plan>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT name, monthly_limit, concurrency, api_access FROM plans ORDER BY concurrency",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(Plan {
+                name: r.get(0)?,
+                monthly_limit: r.get(1)?,
+                concurrency: r.get(2)?,
+                api_access: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn check_plan(&self, plan: &str) -> Result<()> {
+        let plans = self.plans()?;
+        if plans.iter().any(|p| p.name == plan) {
+            Ok(())
+        } else {
+            let names: Vec<_> = plans.into_iter().map(|p| p.name).collect();
+            Err(StoreError::NoSuchPlan(plan.to_owned(), names.join(", ")))
+        }
+    }
+
+    pub fn create_account(&self, name: &AccountName, plan: &str, now: i64) -> Result<Account> {
+        self.check_plan(plan)?;
+        let inserted = self.conn().execute(
+            "INSERT INTO accounts (name, plan, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
+            params![name.as_str(), plan, now],
+        )?;
+        if inserted == 0 {
+            return Err(StoreError::AccountExists(name.to_string()));
+        }
+        self.account(name.as_str())
+    }
+
+    pub fn account(&self, name: &str) -> Result<Account> {
+        self.conn()
+            .query_row(
+                &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a JOIN plans p ON p.name = a.plan WHERE a.name = ?1"),
+                [name],
+                account_from_row,
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::NoSuchAccount(name.to_owned()))
+    }
+
+    /// Every account with its usage in `month`.
+    pub fn accounts(&self, month: Month) -> Result<Vec<(Account, u32)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {ACCOUNT_COLUMNS}, COALESCE(u.count, 0) FROM accounts a JOIN plans p ON p.name = a.plan
+             LEFT JOIN usage u ON u.account_id = a.id AND u.month = ?1 ORDER BY a.name"
+        ))?;
+        let rows = stmt.query_map([month.to_string()], |r| {
+            Ok((account_from_row(r)?, r.get(6)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn set_plan(&self, name: &str, plan: &str) -> Result<()> {
+        self.check_plan(plan)?;
+        match self.conn().execute(
+            "UPDATE accounts SET plan = ?2 WHERE name = ?1",
+            params![name, plan],
+        )? {
+            0 => Err(StoreError::NoSuchAccount(name.to_owned())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes a key for `account`; the clear key exists only in the return value.
+    pub fn create_key(&self, account: &str, label: &str, now: i64) -> Result<ApiKey> {
+        let account = self.account(account)?;
+        let key = ApiKey::generate();
+        self.conn().execute(
+            "INSERT INTO api_keys (account_id, prefix, hash, label, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![account.id, key.prefix(), key.hash(), label, now],
+        )?;
+        Ok(key)
+    }
+
+    pub fn keys(&self, account: &str) -> Result<Vec<KeyRecord>> {
+        let account = self.account(account)?;
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT prefix, label, created_at, last_used_at, revoked_at FROM api_keys WHERE account_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([account.id], |r| {
+            Ok(KeyRecord {
+                prefix: r.get(0)?,
+                label: r.get(1)?,
+                created_at: r.get(2)?,
+                last_used_at: r.get(3)?,
+                revoked_at: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Revokes the active key given in full or by a prefix that names exactly one.
+    pub fn revoke_key(&self, key_or_prefix: &str, now: i64) -> Result<()> {
+        let conn = self.conn();
+        let ids: Vec<i64> = match ApiKey::parse(key_or_prefix) {
+            Some(key) => conn
+                .prepare("SELECT id FROM api_keys WHERE hash = ?1 AND revoked_at IS NULL")?
+                .query_map([key.hash()], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?,
+            None if key_or_prefix.len() >= 4 => conn
+                .prepare("SELECT id FROM api_keys WHERE substr(prefix, 1, ?2) = ?1 AND revoked_at IS NULL")?
+                .query_map(params![key_or_prefix, key_or_prefix.len()], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?,
+            None => vec![],
+        };
+        match ids.as_slice() {
+            [] => Err(StoreError::NoSuchKey(key_or_prefix.to_owned())),
+            [id] => {
+                conn.execute(
+                    "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1",
+                    params![id, now],
+                )?;
+                Ok(())
+            }
+            _ => Err(StoreError::AmbiguousKey(key_or_prefix.to_owned())),
+        }
+    }
+
+    /// The account behind an active key, or `None` for an unknown or revoked one.
+    pub fn authenticate(&self, key: &ApiKey) -> Result<Option<Caller>> {
+        Ok(self
+            .conn()
+            .query_row(
+                &format!(
+                    "SELECT {ACCOUNT_COLUMNS}, k.id FROM api_keys k JOIN accounts a ON a.id = k.account_id
+                     JOIN plans p ON p.name = a.plan WHERE k.hash = ?1 AND k.revoked_at IS NULL"
+                ),
+                [key.hash()],
+                |r| Ok(Caller { account: account_from_row(r)?, key_id: r.get(6)? }),
+            )
+            .optional()?)
+    }
+
+    pub fn usage(&self, account_id: i64, month: Month) -> Result<u32> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT count FROM usage WHERE account_id = ?1 AND month = ?2",
+                params![account_id, month.to_string()],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    /// Counts one image for the caller in `month`, in one transaction with
+    /// the key's last-used time; returns the month's new count.
+    pub fn charge(&self, caller: &Caller, month: Month, now: i64) -> Result<u32> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let count = tx.query_row(
+            "INSERT INTO usage (account_id, month, count) VALUES (?1, ?2, 1)
+             ON CONFLICT (account_id, month) DO UPDATE SET count = count + 1 RETURNING count",
+            params![caller.account.id, month.to_string()],
+            |r| r.get(0),
+        )?;
+        tx.execute(
+            "UPDATE api_keys SET last_used_at = ?2 WHERE id = ?1",
+            params![caller.key_id, now],
+        )?;
+        tx.commit()?;
+        Ok(count)
+    }
+
+    pub fn set_usage(&self, account: &str, month: Month, count: u32) -> Result<()> {
+        let account = self.account(account)?;
+        self.conn().execute(
+            "INSERT INTO usage (account_id, month, count) VALUES (?1, ?2, ?3)
+             ON CONFLICT (account_id, month) DO UPDATE SET count = excluded.count",
+            params![account.id, month.to_string(), count],
+        )?;
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self
+            .conn()
+            .query_row("SELECT COUNT(*) = 0 FROM accounts", [], |r| r.get(0))?)
+    }
+
+    /// A write that changes nothing, to tell whether the database takes writes.
+    pub fn check_writable(&self) -> Result<()> {
+        self.conn().execute_batch("BEGIN IMMEDIATE; ROLLBACK;")?;
+        Ok(())
+    }
+}

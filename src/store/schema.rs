@@ -1,0 +1,48 @@
+//! Schema migrations, numbered by SQLite's `user_version`.
+
+use rusqlite::Connection;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: plans, accounts, keys, usage.
+    "CREATE TABLE plans (
+        name TEXT PRIMARY KEY,
+        monthly_limit INTEGER,          -- NULL: unlimited
+        concurrency INTEGER NOT NULL,
+        api_access INTEGER NOT NULL
+     );
+     INSERT INTO plans VALUES ('free', 0, 1, 0), ('pro', 500, 5, 1), ('business', NULL, 50, 1);
+     CREATE TABLE accounts (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        plan TEXT NOT NULL REFERENCES plans (name),
+        created_at INTEGER NOT NULL
+     );
+     CREATE TABLE api_keys (
+        id INTEGER PRIMARY KEY,
+        account_id INTEGER NOT NULL REFERENCES accounts (id),
+        prefix TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE,      -- SHA-256 of the key; the key itself is never stored
+        label TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        last_used_at INTEGER,
+        revoked_at INTEGER
+     );
+     CREATE INDEX api_keys_by_account ON api_keys (account_id);
+     CREATE TABLE usage (
+        account_id INTEGER NOT NULL REFERENCES accounts (id),
+        month TEXT NOT NULL,            -- UTC calendar month, YYYY-MM
+        count INTEGER NOT NULL,
+        PRIMARY KEY (account_id, month)
+     );",
+];
+
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", i + 1)?;
+        tx.commit()?;
+    }
+    Ok(())
+}

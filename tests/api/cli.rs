@@ -1,0 +1,103 @@
+//! The operator's command line, run as a user would run it.
+
+use std::process::{Command, Output};
+
+fn cutout(data: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn an_operator_creates_an_account_and_a_key_and_sees_usage() {
+    let data = tempfile::tempdir().unwrap();
+    assert!(cutout(
+        data.path(),
+        &["account", "create", "booth-co", "--plan", "pro"]
+    )
+    .status
+    .success());
+    let created = cutout(
+        data.path(),
+        &["key", "create", "booth-co", "--label", "front door"],
+    );
+    assert!(created.status.success());
+    let key = stdout(&created).lines().last().unwrap().to_owned();
+    assert!(cutout::domain::ApiKey::parse(&key).is_some(), "{key}");
+
+    let listed = stdout(&cutout(data.path(), &["key", "list", "booth-co"]));
+    assert!(listed.contains(&key[..12]) && listed.contains("front door") && !listed.contains(&key));
+    assert!(stdout(&cutout(data.path(), &["usage", "booth-co"])).contains("0 of 500"));
+    assert!(
+        cutout(data.path(), &["usage", "set", "booth-co", "--count", "7"])
+            .status
+            .success()
+    );
+    assert!(stdout(&cutout(data.path(), &["usage", "booth-co"])).contains("7 of 500"));
+    assert!(cutout(
+        data.path(),
+        &["account", "set-plan", "booth-co", "business"]
+    )
+    .status
+    .success());
+    assert!(stdout(&cutout(data.path(), &["account", "list"])).contains("business"));
+    assert!(cutout(data.path(), &["key", "revoke", &key[..12]])
+        .status
+        .success());
+    assert!(stdout(&cutout(data.path(), &["key", "list", "booth-co"])).contains("revoked"));
+
+    let db = std::fs::read(data.path().join("cutout.db")).unwrap();
+    assert!(
+        !db.windows(key.len()).any(|w| w == key.as_bytes()),
+        "the clear key is never stored"
+    );
+}
+
+#[test]
+fn bad_arguments_exit_non_zero_with_one_line() {
+    let data = tempfile::tempdir().unwrap();
+    for args in [
+        &["account", "create", "x"][..],
+        &["frobnicate"],
+        &["account", "create", "x", "--plan", "gold"],
+        &["usage", "nobody"],
+    ] {
+        let out = cutout(data.path(), args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn remove_cuts_out_a_file_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jpg");
+    std::fs::write(&input, crate::helpers::jpeg(200, 150)).unwrap();
+    let output = dir.path().join("out.png");
+    let models = crate::helpers::models_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .args(["--models-dir".as_ref(), models.as_os_str()])
+        .args(["remove".as_ref(), input.as_os_str(), output.as_os_str()])
+        .args(["--size", "preview", "--model", "u2netp"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let png = image::open(&output).unwrap();
+    assert_eq!(
+        (png.width(), png.height(), png.color()),
+        (200, 150, image::ColorType::Rgba8)
+    );
+}

@@ -1,0 +1,406 @@
+//! What every API test uses: `spawn_app` starts the real app on port 0 with
+//! a fresh data directory; `post_image` speaks HTTP over a plain socket, so
+//! the tests see exactly what a client would.
+
+use cutout::clock::Clock;
+use cutout::config::Settings;
+use cutout::domain::AccountName;
+use cutout::engine::{self, Engine, Manifest};
+use cutout::http::AppState;
+use cutout::store::Store;
+use cutout::{App, EngineSource, ShutdownHandle};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread;
+use std::time::Duration;
+
+/// 2026-03-15T12:00:00Z
+pub const MID_MARCH: i64 = 1_773_576_000;
+
+pub fn models_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models")
+}
+
+/// The real U2NetP model, loaded once for the whole test binary.
+pub fn u2netp() -> Arc<dyn Engine> {
+    static ENGINE: OnceLock<Arc<dyn Engine>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let manifest = Manifest::builtin();
+            let spec = manifest.model(Some("u2netp")).unwrap();
+            Arc::new(
+                engine::load(spec, &models_dir()).expect("models/u2netp.onnx (run `make models`)"),
+            )
+        })
+        .clone()
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub store: Store,
+    pub now: Arc<AtomicI64>,
+    pub shutdown: ShutdownHandle,
+    pub state: Arc<AppState>,
+    _data_dir: tempfile::TempDir,
+    server: Option<thread::JoinHandle<()>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.shutdown();
+        if let Some(server) = self.server.take() {
+            server.join().ok();
+        }
+    }
+}
+
+pub fn spawn_app() -> TestApp {
+    spawn_app_with(EngineSource::Ready(u2netp()), |_| {})
+}
+
+pub fn spawn_app_with(engine: EngineSource, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let _ = env_logger::builder().is_test(true).try_init();
+    }
+    let data_dir = tempfile::tempdir().unwrap();
+    let (clock, now) = Clock::manual(MID_MARCH);
+    let mut settings = Settings {
+        data_dir: data_dir.path().to_owned(),
+        models_dir: models_dir(),
+        listen: "127.0.0.1:0".into(),
+        model: Some("u2netp".into()),
+        clock,
+        shutdown_grace: Duration::from_secs(30),
+        ..Settings::default()
+    };
+    tweak(&mut settings);
+    let app = App::build(settings, engine).unwrap();
+    let (addr, shutdown, state) = (app.addr(), app.shutdown_handle(), app.state());
+    let server = thread::spawn(move || app.run());
+    let store = Store::open(data_dir.path()).unwrap();
+    TestApp {
+        addr,
+        store,
+        now,
+        shutdown,
+        state,
+        _data_dir: data_dir,
+        server: Some(server),
+    }
+}
+
+impl TestApp {
+    /// A new account on `plan` and one key for it.
+    pub fn account(&self, name: &str, plan: &str) -> String {
+        self.store
+            .create_account(&AccountName::parse(name).unwrap(), plan, MID_MARCH)
+            .unwrap();
+        self.store
+            .create_key(name, "test", MID_MARCH)
+            .unwrap()
+            .expose()
+            .to_owned()
+    }
+
+    pub fn in_flight(&self, name: &str) -> u32 {
+        self.state
+            .limiter
+            .in_flight(self.store.account(name).unwrap().id)
+    }
+
+    pub fn used(&self, name: &str) -> u32 {
+        let account = self.store.account(name).unwrap();
+        let month =
+            cutout::domain::Month::of_unix(self.now.load(std::sync::atomic::Ordering::SeqCst));
+        self.store.usage(account.id, month).unwrap()
+    }
+
+    pub fn post_image(&self, key: Option<&str>, image: &[u8], size: Option<&str>) -> Reply {
+        let mut form = Multipart::new();
+        form.file("image_file", image);
+        if let Some(size) = size {
+            form.text("size", size);
+        }
+        self.post_form(key, &form)
+    }
+
+    pub fn post_form(&self, key: Option<&str>, form: &Multipart) -> Reply {
+        let mut headers = vec![("Content-Type".to_owned(), form.content_type())];
+        if let Some(key) = key {
+            headers.push(("X-Api-Key".to_owned(), key.to_owned()));
+        }
+        self.request("POST", "/api/remove-bg", &headers, &form.body())
+    }
+
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Reply {
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut raw = head.into_bytes();
+        raw.extend_from_slice(body);
+        send_raw(self.addr, &raw)
+    }
+}
+
+/// Writes `raw` to the server and reads the whole response.
+pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    // The server may answer (413) and close before the body is all sent.
+    let _ = stream.write_all(raw);
+    // Read as a client does: the head, then Content-Length bytes (or the
+    // chunked body up to its last chunk), not until the server closes.
+    let mut response = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    while !Reply::complete(&response) {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+        }
+    }
+    Reply::parse(&response)
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    fn complete(raw: &[u8]) -> bool {
+        let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return false;
+        };
+        let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+        let body = &raw[end + 4..];
+        if let Some(len) = head.lines().find_map(|l| l.strip_prefix("content-length:")) {
+            return body.len() >= len.trim().parse::<usize>().unwrap();
+        }
+        head.contains("transfer-encoding: chunked") && body.ends_with(b"0\r\n\r\n")
+    }
+
+    fn parse(raw: &[u8]) -> Reply {
+        let end = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a complete response head");
+        let head = String::from_utf8_lossy(&raw[..end]);
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let mut body = raw[end + 4..].to_vec();
+        if let Some((_, len)) = headers.iter().find(|(k, _)| k == "content-length") {
+            body.truncate(len.parse().unwrap());
+        }
+        if headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+        {
+            body = dechunk(&body);
+        }
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The error code of a JSON error body, checking its documented shape.
+    pub fn error_code(&self) -> String {
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "status {}",
+            self.status
+        );
+        let v: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
+        let e = &v["errors"][0];
+        assert!(e["title"].is_string() && e["detail"].is_string(), "{v}");
+        e["code"].as_str().unwrap().to_owned()
+    }
+
+    pub fn png(&self) -> image::RgbaImage {
+        assert_eq!(self.status, 200, "{}", String::from_utf8_lossy(&self.body));
+        assert_eq!(self.header("content-type"), Some("image/png"));
+        let decoded =
+            image::load_from_memory_with_format(&self.body, image::ImageFormat::Png).unwrap();
+        assert_eq!(decoded.color(), image::ColorType::Rgba8);
+        decoded.into_rgba8()
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16)
+                .unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&data[line_end + 2..line_end + 2 + size]);
+        data = &data[line_end + 4 + size..];
+    }
+}
+
+pub struct Multipart {
+    boundary: String,
+    parts: Vec<u8>,
+}
+
+impl Multipart {
+    pub fn new() -> Multipart {
+        Multipart {
+            boundary: "cutoutTestBoundary7MA4YWxk".into(),
+            parts: Vec::new(),
+        }
+    }
+
+    pub fn file(&mut self, name: &str, data: &[u8]) -> &mut Self {
+        self.part(
+            &format!(
+                "name=\"{name}\"; filename=\"photo.bin\"\r\nContent-Type: application/octet-stream"
+            ),
+            data,
+        )
+    }
+
+    pub fn text(&mut self, name: &str, value: &str) -> &mut Self {
+        self.part(&format!("name=\"{name}\""), value.as_bytes())
+    }
+
+    fn part(&mut self, disposition: &str, data: &[u8]) -> &mut Self {
+        let head = format!(
+            "--{}\r\nContent-Disposition: form-data; {disposition}\r\n\r\n",
+            self.boundary
+        );
+        self.parts.extend_from_slice(head.as_bytes());
+        self.parts.extend_from_slice(data);
+        self.parts.extend_from_slice(b"\r\n");
+        self
+    }
+
+    pub fn content_type(&self) -> String {
+        format!("multipart/form-data; boundary={}", self.boundary)
+    }
+
+    pub fn body(&self) -> Vec<u8> {
+        let mut body = self.parts.clone();
+        body.extend_from_slice(format!("--{}--\r\n", self.boundary).as_bytes());
+        body
+    }
+}
+
+/// An engine that holds every run until `open` is called, so tests can put
+/// a known number of requests in flight without depending on timing.
+#[derive(Default)]
+pub struct Gate {
+    open: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Gate {
+    pub fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.changed.notify_all();
+    }
+}
+
+pub struct GatedEngine(pub Arc<Gate>);
+
+impl Engine for GatedEngine {
+    fn name(&self) -> &'static str {
+        "gated"
+    }
+
+    fn run(&self, input: Vec<f32>, width: u32, height: u32) -> anyhow::Result<Vec<f32>> {
+        let mut open = self.0.open.lock().unwrap();
+        while !*open {
+            open = self.0.changed.wait(open).unwrap();
+        }
+        drop(open);
+        u2netp().run(input, width, height)
+    }
+}
+
+/// Waits until `done` holds; panics after a generous minute so a broken
+/// build fails rather than hangs. No assertion depends on how long it took.
+pub fn wait_until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..6000 {
+        if done() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("timed out waiting until {what}");
+}
+
+// ---- images ----
+
+pub fn rgb_photo(w: u32, h: u32) -> image::RgbImage {
+    // A bright disc on a dark, textured background: something to cut out.
+    image::RgbImage::from_fn(w, h, |x, y| {
+        let (dx, dy) = (x as f32 - w as f32 / 2.0, y as f32 - h as f32 / 2.0);
+        if dx * dx + dy * dy < (w.min(h) as f32 / 3.0).powi(2) {
+            image::Rgb([230, 60, 40])
+        } else {
+            image::Rgb([20 + (x % 7) as u8, 40, 30 + (y % 5) as u8])
+        }
+    })
+}
+
+pub fn encode(image: &image::DynamicImage, format: image::ImageFormat) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    image.write_to(&mut out, format).unwrap();
+    out.into_inner()
+}
+
+pub fn jpeg(w: u32, h: u32) -> Vec<u8> {
+    encode(
+        &image::DynamicImage::ImageRgb8(rgb_photo(w, h)),
+        image::ImageFormat::Jpeg,
+    )
+}
+
+pub fn png(w: u32, h: u32) -> Vec<u8> {
+    encode(
+        &image::DynamicImage::ImageRgb8(rgb_photo(w, h)),
+        image::ImageFormat::Png,
+    )
+}

@@ -1,0 +1,11 @@
+//! Black-box tests of the API over real sockets; one binary for all of them.
+
+mod helpers;
+
+mod cli;
+mod errors;
+mod formats;
+mod limits;
+mod model;
+mod shutdown;
+mod sizes;
