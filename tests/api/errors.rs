@@ -235,3 +235,23 @@ fn crc32(data: &[u8]) -> u32 {
     }
     !crc
 }
+
+#[test]
+fn a_body_that_stops_arriving_gets_408_and_frees_the_worker() {
+    let app = spawn_app_with(EngineSource::Ready(u2netp()), |s| {
+        s.socket_timeout = std::time::Duration::from_secs(1);
+        s.http_workers = 1;
+    });
+    let key = app.account("acme", "pro");
+    let stalled = format!(
+        "POST /api/remove-bg HTTP/1.1\r\nHost: t\r\nX-Api-Key: {key}\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 5000\r\n\r\n--b\r\n"
+    );
+    let reply = send_raw(app.addr, stalled.as_bytes());
+    assert_eq!(
+        (reply.status, reply.error_code().as_str()),
+        (408, "request_timeout")
+    );
+    // The only worker is free again for a client that sends its request.
+    assert_eq!(app.post_image(Some(&key), &jpeg(64, 48), None).status, 200);
+    assert_eq!(app.used("acme"), 1);
+}
