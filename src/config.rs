@@ -12,11 +12,13 @@ pub struct Settings {
     pub listen: String,
     /// A model name from the manifest; `None` is the manifest's default.
     pub model: Option<String>,
-    /// Threads that read requests and do everything but the model run.
+    /// Threads that read requests and do everything but the model run. At
+    /// least `queue_capacity + inference_workers + 1`, so that a full queue
+    /// is reached; the rest answer at once while it is full.
     pub http_workers: usize,
     /// Threads that run the model (each run already uses every core).
     pub inference_workers: usize,
-    /// Requests that may wait for the model before new ones get 503.
+    /// Requests that may wait their turn before new ones get 503.
     pub queue_capacity: usize,
     /// Read and write timeout of every client socket.
     pub socket_timeout: Duration,
@@ -32,7 +34,7 @@ impl Default for Settings {
             models_dir: "./models".into(),
             listen: "127.0.0.1:8080".into(),
             model: None,
-            http_workers: 16,
+            http_workers: 64 + 1 + 1 + 8,
             inference_workers: 1,
             queue_capacity: 64,
             socket_timeout: Duration::from_secs(30),

@@ -7,7 +7,7 @@ use cutout::clock::Clock;
 use cutout::config::Settings;
 use cutout::domain::{AccountName, Month, SizeMode};
 use cutout::engine::{self, Inference, Manifest, Readiness};
-use cutout::pipeline::Pipeline;
+use cutout::pipeline::{Pipeline, WorkQueue};
 use cutout::store::Store;
 use cutout::{App, EngineSource};
 use std::path::PathBuf;
@@ -270,9 +270,16 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
         signal_hook::consts::SIGINT,
     ])?;
     std::thread::spawn(move || {
-        if let Some(signal) = signals.forever().next() {
-            log::info!("signal {signal}: finishing requests in flight, then stopping");
-            shutdown.shutdown();
+        for (n, signal) in signals.forever().enumerate() {
+            if n == 0 {
+                log::info!("signal {signal}: finishing requests in flight, then stopping");
+                let shutdown = shutdown.clone();
+                std::thread::spawn(move || shutdown.shutdown());
+            } else {
+                // An operator who asks twice does not want to wait.
+                log::warn!("second signal: stopping now");
+                std::process::exit(1);
+            }
         }
     });
     app.run();
@@ -323,9 +330,13 @@ fn remove(
     let started = Instant::now();
     let engine = engine::load(&spec, models_dir)?;
     let loaded = started.elapsed();
-    let inference = Inference::start(1, 1);
+    let inference = Inference::start(1);
     inference.set(Readiness::Ready(Arc::new(engine), loaded));
-    let pipeline = Pipeline { spec, inference };
+    let pipeline = Pipeline {
+        spec,
+        inference,
+        queue: WorkQueue::new(1, 0),
+    };
     let started = Instant::now();
     let cut = pipeline
         .cut_out(&bytes, size)

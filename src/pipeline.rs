@@ -1,11 +1,13 @@
 //! One cut-out, start to finish: decode, size, run the model, put the matte
-//! in the alpha channel, encode. The API and `cutout remove` share it.
+//! in the alpha channel, encode. The API and `cutout remove` share it, and
+//! its work queue is the server-wide back-pressure.
 
 use crate::domain::SizeMode;
 use crate::engine::preprocess::{input_size, matte_from_output, to_tensor};
 use crate::engine::{InferError, Inference, ModelSpec};
 use crate::error::ApiError;
 use crate::imaging::{self, DecodeError, GeometryError};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 pub struct CutOut {
     pub png: Vec<u8>,
@@ -16,10 +18,18 @@ pub struct CutOut {
 pub struct Pipeline {
     pub spec: ModelSpec,
     pub inference: Inference,
+    pub queue: WorkQueue,
 }
 
 impl Pipeline {
     pub fn cut_out(&self, bytes: &[u8], size: SizeMode) -> Result<CutOut, ApiError> {
+        if imaging::sniff(bytes).is_none() && !bytes.is_empty() {
+            return Err(ApiError::UnsupportedImageFormat);
+        }
+        let _turn = self
+            .queue
+            .enter()
+            .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
         let original = imaging::decode(bytes).map_err(|e| match e {
             DecodeError::Unsupported => ApiError::UnsupportedImageFormat,
             DecodeError::TooLarge { width, height } => ApiError::ImageTooLarge { width, height },
@@ -41,9 +51,7 @@ impl Pipeline {
             .inference
             .run(tensor, in_w, in_h)
             .map_err(|e| match e {
-                InferError::Loading | InferError::QueueFull | InferError::Failed(_) => {
-                    ApiError::Unavailable(e.to_string())
-                }
+                InferError::Loading | InferError::Failed(_) => ApiError::Unavailable(e.to_string()),
                 InferError::Run(cause) => ApiError::Internal(cause),
             })?;
         let matte = matte_from_output(&output, self.spec.output);
@@ -61,5 +69,91 @@ impl Pipeline {
             width: out_w,
             height: out_h,
         })
+    }
+}
+
+/// Bounds what the server holds at once. Up to `max_running` requests hold
+/// decoded pixels (one per inference worker, plus one decoding or encoding
+/// beside them); up to `max_waiting` more wait their turn holding only the
+/// upload; past that the queue is full and a request is refused at once.
+pub struct WorkQueue {
+    counts: Mutex<Counts>,
+    freed: Condvar,
+    max_running: usize,
+    max_waiting: usize,
+}
+
+#[derive(Default)]
+struct Counts {
+    running: usize,
+    waiting: usize,
+}
+
+/// A request's turn to hold pixels; ends when dropped.
+pub struct Turn<'q>(&'q WorkQueue);
+
+impl WorkQueue {
+    pub fn new(max_running: usize, max_waiting: usize) -> WorkQueue {
+        WorkQueue {
+            counts: Mutex::default(),
+            freed: Condvar::new(),
+            max_running: max_running.max(1),
+            max_waiting,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for a turn, or `None` at once if the queue is full.
+    pub fn enter(&self) -> Option<Turn<'_>> {
+        let mut counts = self.lock();
+        if counts.running >= self.max_running {
+            if counts.waiting >= self.max_waiting {
+                return None;
+            }
+            counts.waiting += 1;
+            while counts.running >= self.max_running {
+                counts = self.freed.wait(counts).unwrap_or_else(|p| p.into_inner());
+            }
+            counts.waiting -= 1;
+        }
+        counts.running += 1;
+        Some(Turn(self))
+    }
+
+    /// Requests running and waiting.
+    pub fn depth(&self) -> usize {
+        let counts = self.lock();
+        counts.running + counts.waiting
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.lock().running -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_refuses_only_when_running_and_waiting_are_both_full() {
+        let queue = WorkQueue::new(1, 1);
+        let first = queue.enter().unwrap();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| queue.enter().map(|_| ()));
+            while queue.depth() < 2 {
+                std::thread::yield_now();
+            }
+            assert!(queue.enter().is_none(), "one running, one waiting: full");
+            drop(first);
+            assert!(waiter.join().unwrap().is_some(), "the waiter gets its turn");
+        });
+        assert_eq!(queue.depth(), 0);
     }
 }

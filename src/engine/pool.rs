@@ -1,10 +1,9 @@
-//! The inference pool: a bounded queue in front of a few threads that run
-//! the model. The queue bound is the server-wide back-pressure: when it is
-//! full a request is refused at once instead of waiting without end.
+//! The inference pool: the threads that run the model, and whether it is
+//! loaded. How many requests may wait for it is bounded upstream, by the
+//! pipeline's work queue.
 
 use super::Engine;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread;
 use std::time::Duration;
@@ -21,8 +20,6 @@ pub enum InferError {
     Loading,
     #[error("model failed to load: {0}")]
     Failed(String),
-    #[error("inference queue full")]
-    QueueFull,
     #[error("inference failed")]
     Run(#[source] anyhow::Error),
 }
@@ -37,29 +34,23 @@ struct Job {
 #[derive(Clone)]
 pub struct Inference {
     readiness: Arc<RwLock<Readiness>>,
-    jobs: SyncSender<Job>,
-    queued: Arc<AtomicUsize>,
+    jobs: Sender<Job>,
 }
 
 impl Inference {
-    /// Starts `workers` threads behind a queue of `capacity` waiting jobs.
-    pub fn start(workers: usize, capacity: usize) -> Inference {
-        let (jobs, rx) = mpsc::sync_channel::<Job>(capacity);
+    /// Starts `workers` threads that take jobs in turn.
+    pub fn start(workers: usize) -> Inference {
+        let (jobs, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let readiness = Arc::new(RwLock::new(Readiness::Loading));
-        let queued = Arc::new(AtomicUsize::new(0));
         for i in 0..workers.max(1) {
-            let (rx, readiness, queued) = (rx.clone(), readiness.clone(), queued.clone());
+            let (rx, readiness) = (rx.clone(), readiness.clone());
             thread::Builder::new()
                 .name(format!("inference-{i}"))
-                .spawn(move || work(&rx, &readiness, &queued))
+                .spawn(move || work(&rx, &readiness))
                 .expect("spawning an inference thread");
         }
-        Inference {
-            readiness,
-            jobs,
-            queued,
-        }
+        Inference { readiness, jobs }
     }
 
     pub fn set(&self, readiness: Readiness) {
@@ -75,28 +66,18 @@ impl Inference {
         }
     }
 
-    /// Jobs waiting for or in a worker.
-    pub fn queue_depth(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
-    }
-
-    /// Runs the model, waiting for a free worker if the queue has room.
+    /// Runs the model on a free worker, waiting for one.
     pub fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>, InferError> {
         self.ready()?;
         let (reply, result) = mpsc::channel();
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        match self.jobs.try_send(Job {
-            input,
-            width,
-            height,
-            reply,
-        }) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-                return Err(InferError::QueueFull);
-            }
-        }
+        self.jobs
+            .send(Job {
+                input,
+                width,
+                height,
+                reply,
+            })
+            .map_err(|_| InferError::Run(anyhow::anyhow!("inference workers stopped")))?;
         match result.recv() {
             Ok(out) => out.map_err(InferError::Run),
             Err(_) => Err(InferError::Run(anyhow::anyhow!("inference worker stopped"))),
@@ -104,7 +85,7 @@ impl Inference {
     }
 }
 
-fn work(rx: &Mutex<Receiver<Job>>, readiness: &RwLock<Readiness>, queued: &AtomicUsize) {
+fn work(rx: &Mutex<Receiver<Job>>, readiness: &RwLock<Readiness>) {
     loop {
         let job = match rx.lock().unwrap().recv() {
             Ok(job) => job,
@@ -122,7 +103,6 @@ fn work(rx: &Mutex<Receiver<Job>>, readiness: &RwLock<Readiness>, queued: &Atomi
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the engine panicked"))),
             None => Err(anyhow::anyhow!("model not loaded")),
         };
-        queued.fetch_sub(1, Ordering::Relaxed);
         job.reply.send(out).ok();
     }
 }

@@ -13,7 +13,7 @@ use crate::config::Settings;
 use crate::engine::{self, Engine, Inference, Manifest, Readiness};
 use crate::error::ApiError;
 use crate::limits::Limiter;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, WorkQueue};
 use crate::store::Store;
 use anyhow::{anyhow, Context, Result};
 use std::net::{SocketAddr, TcpListener};
@@ -87,7 +87,7 @@ impl App {
             Server::from_listener_with_timeout(listener, None, Some(settings.socket_timeout))
                 .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
 
-        let inference = Inference::start(settings.inference_workers, settings.queue_capacity);
+        let inference = Inference::start(settings.inference_workers);
         match engine {
             EngineSource::Ready(engine) => inference.set(Readiness::Ready(engine, Duration::ZERO)),
             EngineSource::Load => {
@@ -115,7 +115,11 @@ impl App {
         let state = Arc::new(AppState {
             store,
             limiter: Limiter::default(),
-            pipeline: Pipeline { spec, inference },
+            pipeline: Pipeline {
+                spec,
+                inference,
+                queue: WorkQueue::new(settings.inference_workers + 1, settings.queue_capacity),
+            },
             clock: settings.clock.clone(),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),

@@ -24,6 +24,8 @@ pub enum StoreError {
     AmbiguousKey(String),
     #[error("database: {0}")]
     Db(#[from] rusqlite::Error),
+    #[error("cannot create {0}: {1}")]
+    Io(String, #[source] std::io::Error),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -82,11 +84,8 @@ fn account_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
 impl Store {
     /// Opens (creating if needed) `data_dir/cutout.db` and brings its schema up to date.
     pub fn open(data_dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(data_dir).map_err(|e| {
-            StoreError::Db(rusqlite::Error::ToSqlConversionFailure(
-                format!("cannot create {}: {e}", data_dir.display()).into(),
-            ))
-        })?;
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| StoreError::Io(data_dir.display().to_string(), e))?;
         let mut conn = Connection::open(data_dir.join("cutout.db"))?;
         conn.busy_timeout(Duration::from_secs(5))?;
         // WAL: readers do not block the writer, and a commit survives the

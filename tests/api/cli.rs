@@ -101,3 +101,69 @@ fn remove_cuts_out_a_file_offline() {
         (200, 150, image::ColorType::Rgba8)
     );
 }
+
+#[test]
+fn serve_demo_prints_a_working_key_and_sigterm_stops_it_cleanly() {
+    use std::io::{BufRead, BufReader};
+    let data = tempfile::tempdir().unwrap();
+    let models = crate::helpers::models_dir();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("--models-dir")
+        .arg(&models)
+        .args([
+            "serve",
+            "--demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--model",
+            "u2netp",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(server.stderr.take().unwrap()).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line = stderr.next().expect("the server logs its address").unwrap();
+        if let Some(addr) = line.split("listening on http://").nth(1) {
+            break addr.trim().parse().unwrap();
+        }
+    };
+    let printed = {
+        let mut out = String::new();
+        let mut stdout = BufReader::new(server.stdout.take().unwrap());
+        while !out.contains("remove-bg") {
+            stdout.read_line(&mut out).unwrap();
+        }
+        out
+    };
+    let key = printed
+        .split_whitespace()
+        .find(|w| w.starts_with("ck_"))
+        .unwrap()
+        .to_owned();
+    assert!(
+        printed.contains(&format!("X-Api-Key: {key}"))
+            && printed.contains(&format!("http://{addr}/api/remove-bg"))
+    );
+
+    crate::helpers::wait_until("the model is loaded", || {
+        crate::helpers::request(addr, "GET", "/readyz", &[], b"").status == 200
+    });
+    let mut form = crate::helpers::Multipart::new();
+    form.file("image_file", &crate::helpers::jpeg(64, 48));
+    assert_eq!(
+        crate::helpers::post_form(addr, Some(&key), &form).status,
+        200
+    );
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(server.wait().unwrap().code(), Some(0));
+}

@@ -127,11 +127,7 @@ impl TestApp {
     }
 
     pub fn post_form(&self, key: Option<&str>, form: &Multipart) -> Reply {
-        let mut headers = vec![("Content-Type".to_owned(), form.content_type())];
-        if let Some(key) = key {
-            headers.push(("X-Api-Key".to_owned(), key.to_owned()));
-        }
-        self.request("POST", "/api/remove-bg", &headers, &form.body())
+        post_form(self.addr, key, form)
     }
 
     pub fn request(
@@ -141,18 +137,36 @@ impl TestApp {
         headers: &[(String, String)],
         body: &[u8],
     ) -> Reply {
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        for (k, v) in headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        head.push_str("\r\n");
-        let mut raw = head.into_bytes();
-        raw.extend_from_slice(body);
-        send_raw(self.addr, &raw)
+        request(self.addr, method, path, headers, body)
     }
+}
+
+pub fn post_form(addr: SocketAddr, key: Option<&str>, form: &Multipart) -> Reply {
+    let mut headers = vec![("Content-Type".to_owned(), form.content_type())];
+    if let Some(key) = key {
+        headers.push(("X-Api-Key".to_owned(), key.to_owned()));
+    }
+    request(addr, "POST", "/api/remove-bg", &headers, &form.body())
+}
+
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Reply {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut raw = head.into_bytes();
+    raw.extend_from_slice(body);
+    send_raw(addr, &raw)
 }
 
 /// Writes `raw` to the server and reads the whole response.

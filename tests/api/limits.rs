@@ -150,10 +150,10 @@ fn a_business_burst_of_12_is_all_served() {
 fn a_full_server_queue_answers_503_with_retry_after() {
     let (app, gate) = gated_app(|s| s.queue_capacity = 2);
     let key = app.account("big-co", "business");
-    let running = send_in_background(&app, &key, 3);
-    // One job in the engine, two waiting: the queue is full.
-    wait_until("3 jobs are queued", || {
-        app.state.pipeline.inference.queue_depth() == 3
+    let running = send_in_background(&app, &key, 4);
+    // Two hold pixels (one in the model, one beside it), two wait: full.
+    wait_until("4 requests are queued", || {
+        app.state.pipeline.queue.depth() == 4
     });
     let reply = app.post_image(Some(&key), &jpeg(64, 48), None);
     assert_eq!(
@@ -163,5 +163,5 @@ fn a_full_server_queue_answers_503_with_retry_after() {
     assert!(reply.header("retry-after").is_some());
     gate.open();
     assert!(running.into_iter().all(|t| t.join().unwrap().status == 200));
-    assert_eq!(app.used("big-co"), 3);
+    assert_eq!(app.used("big-co"), 4);
 }
