@@ -48,75 +48,45 @@ pub const MAX_PIXELS_OUTPUT: u64 = 25_000_000;
 pub const MAX_IMAGE_BYTES: u64 = 10 * 1024 * 1024;
 
 impl ApiError {
-    pub fn status(&self) -> u16 {
+    /// The one place that decides each error's status, code and title.
+    fn describe(&self) -> (u16, &'static str, &'static str) {
         use ApiError::*;
         match self {
-            MissingApiKey | InvalidApiKey => 401,
-            PlanNotAllowed => 403,
-            QuotaExceeded { .. } => 402,
-            TooManyConcurrentRequests { .. } => 429,
-            MissingImageFile
-            | InvalidSize
-            | InvalidImage(_)
-            | ImageTooLarge { .. }
-            | ResolutionTooHigh { .. }
-            | InvalidRequest(_) => 400,
-            RequestTimeout => 408,
-            FileTooLarge => 413,
-            UnsupportedImageFormat => 415,
-            NotFound => 404,
-            MethodNotAllowed { .. } => 405,
-            Unavailable(_) => 503,
-            Internal(_) => 500,
+            MissingApiKey => (401, "missing_api_key", "Missing API key"),
+            InvalidApiKey => (401, "invalid_api_key", "Invalid API key"),
+            PlanNotAllowed => (403, "plan_not_allowed", "Plan has no API access"),
+            QuotaExceeded { .. } => (402, "quota_exceeded", "Monthly quota exceeded"),
+            TooManyConcurrentRequests { .. } => (
+                429,
+                "too_many_concurrent_requests",
+                "Too many concurrent requests",
+            ),
+            MissingImageFile => (400, "missing_image_file", "Missing image file"),
+            InvalidSize => (400, "invalid_size", "Invalid size"),
+            InvalidImage(_) => (400, "invalid_image", "Invalid image"),
+            ImageTooLarge { .. } => (400, "image_too_large", "Image too large"),
+            ResolutionTooHigh { .. } => (400, "resolution_too_high", "Resolution too high"),
+            InvalidRequest(_) => (400, "invalid_request", "Invalid request"),
+            RequestTimeout => (408, "request_timeout", "Request timeout"),
+            FileTooLarge => (413, "file_too_large", "File too large"),
+            UnsupportedImageFormat => (415, "unsupported_image_format", "Unsupported image format"),
+            NotFound => (404, "not_found", "Not found"),
+            MethodNotAllowed { .. } => (405, "method_not_allowed", "Method not allowed"),
+            Unavailable(_) => (503, "service_unavailable", "Service unavailable"),
+            Internal(_) => (500, "internal_error", "Internal error"),
         }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.describe().0
     }
 
     pub fn code(&self) -> &'static str {
-        use ApiError::*;
-        match self {
-            MissingApiKey => "missing_api_key",
-            InvalidApiKey => "invalid_api_key",
-            PlanNotAllowed => "plan_not_allowed",
-            QuotaExceeded { .. } => "quota_exceeded",
-            TooManyConcurrentRequests { .. } => "too_many_concurrent_requests",
-            MissingImageFile => "missing_image_file",
-            InvalidSize => "invalid_size",
-            InvalidImage(_) => "invalid_image",
-            ImageTooLarge { .. } => "image_too_large",
-            ResolutionTooHigh { .. } => "resolution_too_high",
-            InvalidRequest(_) => "invalid_request",
-            RequestTimeout => "request_timeout",
-            FileTooLarge => "file_too_large",
-            UnsupportedImageFormat => "unsupported_image_format",
-            NotFound => "not_found",
-            MethodNotAllowed { .. } => "method_not_allowed",
-            Unavailable(_) => "service_unavailable",
-            Internal(_) => "internal_error",
-        }
+        self.describe().1
     }
 
     pub fn title(&self) -> &'static str {
-        use ApiError::*;
-        match self {
-            MissingApiKey => "Missing API key",
-            InvalidApiKey => "Invalid API key",
-            PlanNotAllowed => "Plan has no API access",
-            QuotaExceeded { .. } => "Monthly quota exceeded",
-            TooManyConcurrentRequests { .. } => "Too many concurrent requests",
-            MissingImageFile => "Missing image file",
-            InvalidSize => "Invalid size",
-            InvalidImage(_) => "Invalid image",
-            ImageTooLarge { .. } => "Image too large",
-            ResolutionTooHigh { .. } => "Resolution too high",
-            InvalidRequest(_) => "Invalid request",
-            RequestTimeout => "Request timeout",
-            FileTooLarge => "File too large",
-            UnsupportedImageFormat => "Unsupported image format",
-            NotFound => "Not found",
-            MethodNotAllowed { .. } => "Method not allowed",
-            Unavailable(_) => "Service unavailable",
-            Internal(_) => "Internal error",
-        }
+        self.describe().2
     }
 
     /// What the client is told; never the internal cause.
