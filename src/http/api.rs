@@ -8,7 +8,6 @@ use super::AppState;
 use crate::domain::{ApiKey, Month, SizeMode};
 use crate::error::ApiError;
 use crate::limits::Refusal;
-use crate::store::Caller;
 use tiny_http::Request;
 
 pub struct Outcome {
@@ -54,7 +53,7 @@ fn handle(
         .store
         .authenticate(&key)
         .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?;
-    let caller: Caller = caller.ok_or(ApiError::InvalidApiKey)?;
+    let caller = caller.ok_or(ApiError::InvalidApiKey)?;
     *account_name = Some(caller.account.name.clone());
     let plan = &caller.account.plan;
     if !plan.api_access {
