@@ -6,8 +6,8 @@ use clap::{Parser, Subcommand};
 use cutout::clock::Clock;
 use cutout::config::Settings;
 use cutout::domain::{AccountName, Month, SizeMode};
-use cutout::engine::{self, Inference, Manifest, Readiness};
-use cutout::pipeline::{Pipeline, WorkQueue};
+use cutout::engine::{self, Manifest, Readiness};
+use cutout::pipeline::Pipeline;
 use cutout::store::Store;
 use cutout::{App, EngineSource};
 use std::path::PathBuf;
@@ -316,27 +316,13 @@ fn remove(
 ) -> Result<()> {
     let size =
         SizeMode::parse(size).ok_or_else(|| anyhow!("--size must be auto, preview or full"))?;
-    let manifest = Manifest::builtin();
-    let spec = manifest
-        .model(model.as_deref())
-        .ok_or_else(|| {
-            anyhow!(
-                "no model named {model:?} (models: {})",
-                manifest.names().join(", ")
-            )
-        })?
-        .clone();
+    let spec = Manifest::builtin().require(model.as_deref())?.clone();
     let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
     let started = Instant::now();
     let engine = engine::load(&spec, models_dir)?;
     let loaded = started.elapsed();
-    let inference = Inference::start(1);
-    inference.set(Readiness::Ready(Arc::new(engine), loaded));
-    let pipeline = Pipeline {
-        spec,
-        inference,
-        queue: WorkQueue::new(1, 0),
-    };
+    let pipeline = Pipeline::new(spec, 1, 0);
+    pipeline.inference.set(Readiness::Ready(Arc::new(engine)));
     let started = Instant::now();
     let cut = pipeline
         .cut_out(&bytes, size)

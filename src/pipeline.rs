@@ -22,19 +22,23 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn cut_out(&self, bytes: &[u8], size: SizeMode) -> Result<CutOut, ApiError> {
-        if imaging::sniff(bytes).is_none() && !bytes.is_empty() {
-            return Err(ApiError::UnsupportedImageFormat);
+    /// `inference_workers` threads run the model; beside them one more
+    /// request may decode or encode, and `queue_capacity` may wait.
+    pub fn new(spec: ModelSpec, inference_workers: usize, queue_capacity: usize) -> Pipeline {
+        Pipeline {
+            spec,
+            inference: Inference::start(inference_workers),
+            queue: WorkQueue::new(inference_workers + 1, queue_capacity),
         }
+    }
+
+    pub fn cut_out(&self, bytes: &[u8], size: SizeMode) -> Result<CutOut, ApiError> {
+        imaging::format_of(bytes)?;
         let _turn = self
             .queue
             .enter()
             .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
-        let original = imaging::decode(bytes).map_err(|e| match e {
-            DecodeError::Unsupported => ApiError::UnsupportedImageFormat,
-            DecodeError::TooLarge { width, height } => ApiError::ImageTooLarge { width, height },
-            DecodeError::Invalid(why) => ApiError::InvalidImage(why),
-        })?;
+        let original = imaging::decode(bytes)?;
         let (w, h) = original.dimensions();
         let (out_w, out_h) = imaging::output_size(w, h, size).map_err(|e| match e {
             GeometryError::ResolutionTooHigh => ApiError::ResolutionTooHigh {
@@ -69,6 +73,16 @@ impl Pipeline {
             width: out_w,
             height: out_h,
         })
+    }
+}
+
+impl From<DecodeError> for ApiError {
+    fn from(e: DecodeError) -> ApiError {
+        match e {
+            DecodeError::Unsupported => ApiError::UnsupportedImageFormat,
+            DecodeError::TooLarge { width, height } => ApiError::ImageTooLarge { width, height },
+            DecodeError::Invalid(why) => ApiError::InvalidImage(why),
+        }
     }
 }
 

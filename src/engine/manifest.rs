@@ -73,6 +73,17 @@ impl Manifest {
         self.models.iter().find(|m| m.name == name)
     }
 
+    /// Like `model`, with an error that lists the models there are.
+    pub fn require(&self, name: Option<&str>) -> anyhow::Result<&ModelSpec> {
+        self.model(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "no model named {:?} (models: {})",
+                name.unwrap_or_default(),
+                self.names().join(", ")
+            )
+        })
+    }
+
     pub fn names(&self) -> Vec<&str> {
         self.models.iter().map(|m| m.name.as_str()).collect()
     }

@@ -6,11 +6,10 @@ use super::Engine;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread;
-use std::time::Duration;
 
 pub enum Readiness {
     Loading,
-    Ready(Arc<dyn Engine>, Duration),
+    Ready(Arc<dyn Engine>),
     Failed(String),
 }
 
@@ -57,11 +56,11 @@ impl Inference {
         *self.readiness.write().unwrap() = readiness;
     }
 
-    /// `Ok` with the engine's name and load time once the model is loaded.
-    pub fn ready(&self) -> Result<(&'static str, Duration), InferError> {
+    /// `Ok` once the model is loaded.
+    pub fn ready(&self) -> Result<(), InferError> {
         match &*self.readiness.read().unwrap() {
             Readiness::Loading => Err(InferError::Loading),
-            Readiness::Ready(engine, took) => Ok((engine.name(), *took)),
+            Readiness::Ready(_) => Ok(()),
             Readiness::Failed(why) => Err(InferError::Failed(why.clone())),
         }
     }
@@ -92,7 +91,7 @@ fn work(rx: &Mutex<Receiver<Job>>, readiness: &RwLock<Readiness>) {
             Err(_) => return,
         };
         let engine = match &*readiness.read().unwrap() {
-            Readiness::Ready(engine, _) => Some(engine.clone()),
+            Readiness::Ready(engine) => Some(engine.clone()),
             _ => None,
         };
         let out = match engine {

@@ -6,14 +6,12 @@ mod api;
 mod multipart;
 mod respond;
 
-pub use multipart::{read_form, Form};
-
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::engine::{self, Engine, Inference, Manifest, Readiness};
+use crate::engine::{self, Engine, Manifest, Readiness};
 use crate::error::ApiError;
 use crate::limits::Limiter;
-use crate::pipeline::{Pipeline, WorkQueue};
+use crate::pipeline::Pipeline;
 use crate::store::Store;
 use anyhow::{anyhow, Context, Result};
 use std::net::{SocketAddr, TcpListener};
@@ -68,16 +66,7 @@ impl App {
     /// `addr()` is the bound address (port 0 picks a free one).
     pub fn build(settings: Settings, engine: EngineSource) -> Result<App> {
         let manifest = Manifest::builtin();
-        let spec = manifest
-            .model(settings.model.as_deref())
-            .ok_or_else(|| {
-                anyhow!(
-                    "no model named {:?} (models: {})",
-                    settings.model,
-                    manifest.names().join(", ")
-                )
-            })?
-            .clone();
+        let spec = manifest.require(settings.model.as_deref())?.clone();
         let store = Store::open(&settings.data_dir)
             .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
         let listener = TcpListener::bind(&settings.listen)
@@ -87,12 +76,16 @@ impl App {
             Server::from_listener_with_timeout(listener, None, Some(settings.socket_timeout))
                 .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
 
-        let inference = Inference::start(settings.inference_workers);
+        let pipeline = Pipeline::new(spec, settings.inference_workers, settings.queue_capacity);
+        let inference = &pipeline.inference;
         match engine {
-            EngineSource::Ready(engine) => inference.set(Readiness::Ready(engine, Duration::ZERO)),
+            EngineSource::Ready(engine) => inference.set(Readiness::Ready(engine)),
             EngineSource::Load => {
-                let (inference, spec, dir) =
-                    (inference.clone(), spec.clone(), settings.models_dir.clone());
+                let (inference, spec, dir) = (
+                    inference.clone(),
+                    pipeline.spec.clone(),
+                    settings.models_dir.clone(),
+                );
                 thread::spawn(move || {
                     let started = Instant::now();
                     match engine::load(&spec, &dir) {
@@ -102,7 +95,7 @@ impl App {
                                 spec.name,
                                 started.elapsed().as_secs_f64()
                             );
-                            inference.set(Readiness::Ready(Arc::new(engine), started.elapsed()));
+                            inference.set(Readiness::Ready(Arc::new(engine)));
                         }
                         Err(e) => {
                             log::error!("model {} failed to load: {e:#}", spec.name);
@@ -115,11 +108,7 @@ impl App {
         let state = Arc::new(AppState {
             store,
             limiter: Limiter::default(),
-            pipeline: Pipeline {
-                spec,
-                inference,
-                queue: WorkQueue::new(settings.inference_workers + 1, settings.queue_capacity),
-            },
+            pipeline,
             clock: settings.clock.clone(),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),

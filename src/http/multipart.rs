@@ -50,7 +50,6 @@ pub fn read_form(
         return Err(ApiError::FileTooLarge);
     }
     let limits = SizeLimit::new()
-        .whole_stream(MAX_BODY_BYTES)
         .per_field(MAX_FIELD_BYTES)
         .for_field("image_file", MAX_IMAGE_BYTES);
     let body = stream::once(async move { Ok::<_, io::Error>(Bytes::from(data)) });
@@ -92,7 +91,6 @@ fn from_multer(e: multer::Error) -> ApiError {
         {
             ApiError::FileTooLarge
         }
-        multer::Error::StreamSizeExceeded { .. } => ApiError::FileTooLarge,
         multer::Error::IncompleteStream | multer::Error::IncompleteFieldData { .. } => {
             ApiError::InvalidRequest("the body ended before the form was complete".into())
         }

@@ -20,21 +20,22 @@ pub enum DecodeError {
     Invalid(String),
 }
 
-/// The format the bytes are in, if it is one we take.
-pub fn sniff(bytes: &[u8]) -> Option<ImageFormat> {
+/// The format the bytes are in, from their first bytes alone: a cheap
+/// check before a request waits its turn to decode.
+pub fn format_of(bytes: &[u8]) -> Result<ImageFormat, DecodeError> {
+    if bytes.is_empty() {
+        return Err(DecodeError::Invalid("the file is empty".into()));
+    }
     match image::guess_format(bytes) {
-        Ok(f @ (ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::WebP)) => Some(f),
-        _ => None,
+        Ok(f @ (ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::WebP)) => Ok(f),
+        _ => Err(DecodeError::Unsupported),
     }
 }
 
 /// Decodes to 8-bit RGBA, upright. Grey, 16-bit, CMYK, palette and alpha
 /// inputs all end up as RGBA; an animation gives its first frame.
 pub fn decode(bytes: &[u8]) -> Result<RgbaImage, DecodeError> {
-    if bytes.is_empty() {
-        return Err(DecodeError::Invalid("the file is empty".into()));
-    }
-    let format = sniff(bytes).ok_or(DecodeError::Unsupported)?;
+    let format = format_of(bytes)?;
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     let mut limits = Limits::default();
     limits.max_alloc = Some(MAX_DECODER_ALLOC);

@@ -6,7 +6,7 @@ mod decode;
 mod geometry;
 mod resize;
 
-pub use decode::{decode, sniff, DecodeError};
+pub use decode::{decode, format_of, DecodeError};
 pub use geometry::{fit_within, output_size, GeometryError};
 pub use resize::{resize_gray, resize_rgba};
 

@@ -359,10 +359,6 @@ impl Gate {
 pub struct GatedEngine(pub Arc<Gate>);
 
 impl Engine for GatedEngine {
-    fn name(&self) -> &'static str {
-        "gated"
-    }
-
     fn run(&self, input: Vec<f32>, width: u32, height: u32) -> anyhow::Result<Vec<f32>> {
         let mut open = self.0.open.lock().unwrap();
         while !*open {
