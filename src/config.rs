@@ -24,6 +24,8 @@ pub struct Settings {
     pub socket_timeout: Duration,
     /// How long SIGTERM waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// Where Linux reports temperatures (the status page's CPU temperature).
+    pub thermal_dir: PathBuf,
     pub clock: Clock,
 }
 
@@ -39,6 +41,7 @@ impl Default for Settings {
             queue_capacity: 64,
             socket_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(60),
+            thermal_dir: "/sys/class/thermal".into(),
             clock: Clock::default(),
         }
     }

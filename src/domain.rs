@@ -1,7 +1,7 @@
 //! Values parsed at the edge into types that cannot hold bad ones: account
 //! and plan names, API keys, the `size` field, the billing month.
 
-use sha2::{Digest, Sha256};
+use crate::secrets::{random_hex, sha256_hex};
 use std::fmt;
 
 /// The `size` form field.
@@ -27,13 +27,15 @@ impl SizeMode {
 }
 
 /// An account's name: 1 to 64 of `A-Z a-z 0-9 . _ -`, so it is safe in logs,
-/// URLs and shell lines without quoting.
+/// URLs and shell lines without quoting. `admin` is the operator's login
+/// name, so no account may take it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountName(String);
 
 impl AccountName {
     pub fn parse(s: &str) -> Option<AccountName> {
         let ok = (1..=64).contains(&s.len())
+            && !s.eq_ignore_ascii_case(ADMIN_LOGIN)
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
         ok.then(|| AccountName(s.to_owned()))
@@ -50,6 +52,12 @@ impl fmt::Display for AccountName {
     }
 }
 
+pub const ACCOUNT_NAME_RULE: &str =
+    "Account names are 1 to 64 of A-Z a-z 0-9 . _ - and may not be \"admin\".";
+
+/// The name the operator signs in to the dashboard with.
+pub const ADMIN_LOGIN: &str = "admin";
+
 /// A secret API key: `ck_` and 40 hex digits (160 bits from the OS RNG).
 /// Only its SHA-256 is stored; its first 12 characters are a non-secret
 /// prefix for listing. No `Display`, so it cannot end up in a log line.
@@ -62,9 +70,7 @@ pub const KEY_PREFIX_LEN: usize = 12;
 
 impl ApiKey {
     pub fn generate() -> ApiKey {
-        let mut bytes = [0u8; KEY_HEX_DIGITS / 2];
-        getrandom::fill(&mut bytes).expect("the OS random number generator failed");
-        ApiKey(format!("{KEY_TAG}{}", hex(&bytes)))
+        ApiKey(format!("{KEY_TAG}{}", random_hex(KEY_HEX_DIGITS / 2)))
     }
 
     /// Accepts only the shape `generate` makes; anything else cannot be a key.
@@ -86,7 +92,7 @@ impl ApiKey {
     }
 
     pub fn hash(&self) -> String {
-        hex(&Sha256::digest(self.0.as_bytes()))
+        sha256_hex(&self.0)
     }
 }
 
@@ -94,10 +100,6 @@ impl fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ApiKey({}…)", self.prefix())
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A UTC calendar month: the period a monthly quota counts in.
@@ -137,6 +139,23 @@ impl fmt::Display for Month {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:04}-{:02}", self.year, self.month)
     }
+}
+
+/// A Unix time as a UTC date, `YYYY-MM-DD`.
+pub fn utc_date(unix: i64) -> String {
+    let (y, m, d) = civil_from_days(unix.div_euclid(86_400));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// A Unix time as `YYYY-MM-DD HH:MM UTC`.
+pub fn utc_datetime(unix: i64) -> String {
+    let secs = unix.rem_euclid(86_400);
+    format!(
+        "{} {:02}:{:02} UTC",
+        utc_date(unix),
+        secs / 3600,
+        secs % 3600 / 60
+    )
 }
 
 // Howard Hinnant's days <-> civil date algorithms (proleptic Gregorian).
@@ -179,6 +198,20 @@ mod tests {
         );
         assert_eq!(Month::of_unix(1_798_761_600).to_string(), "2027-01");
         assert_eq!(Month::of_unix(1_796_083_200).next().to_string(), "2027-01");
+    }
+
+    #[test]
+    fn dates_are_utc() {
+        assert_eq!(utc_date(1_769_903_999), "2026-01-31");
+        assert_eq!(utc_datetime(1_769_903_999), "2026-01-31 23:59 UTC");
+        assert_eq!(utc_datetime(1_769_904_000), "2026-02-01 00:00 UTC");
+    }
+
+    #[test]
+    fn no_account_may_be_named_like_the_operator_login() {
+        assert!(AccountName::parse("admin").is_none());
+        assert!(AccountName::parse("Admin").is_none());
+        assert!(AccountName::parse("admin2").is_some());
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub enum ApiError {
     InvalidApiKey,
     #[error("the account's plan has no API access")]
     PlanNotAllowed,
+    #[error("the account is suspended")]
+    AccountSuspended,
     #[error("monthly quota used up")]
     QuotaExceeded { limit: u32 },
     #[error("too many concurrent requests")]
@@ -43,6 +45,37 @@ pub enum ApiError {
     Internal(#[source] anyhow::Error),
 }
 
+/// One row of the error table that the API docs page and the OpenAPI
+/// document are made from.
+pub struct Documented {
+    pub status: u16,
+    pub code: &'static str,
+    pub title: &'static str,
+    pub when: &'static str,
+}
+
+/// What `POST /api/remove-bg` can answer besides 200, in the order the docs
+/// show it. A unit test keeps it in step with `describe`.
+pub const REMOVE_BG_ERRORS: &[Documented] = &[
+    Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part." },
+    Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full." },
+    Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
+    Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels." },
+    Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
+    Documented { status: 400, code: "invalid_request", title: "Invalid request", when: "The body is not a well-formed multipart/form-data form (or has two image_file parts)." },
+    Documented { status: 401, code: "missing_api_key", title: "Missing API key", when: "No X-Api-Key header." },
+    Documented { status: 401, code: "invalid_api_key", title: "Invalid API key", when: "The key is unknown or revoked." },
+    Documented { status: 402, code: "quota_exceeded", title: "Monthly quota exceeded", when: "The month's images are used up (Pro: 500 per UTC calendar month)." },
+    Documented { status: 403, code: "plan_not_allowed", title: "Plan has no API access", when: "The account's plan has no API access." },
+    Documented { status: 403, code: "account_suspended", title: "Account suspended", when: "The operator has suspended the account." },
+    Documented { status: 408, code: "request_timeout", title: "Request timeout", when: "The body stopped arriving for 30 seconds." },
+    Documented { status: 413, code: "file_too_large", title: "File too large", when: "image_file is over 10 MiB (10485760 bytes)." },
+    Documented { status: 415, code: "unsupported_image_format", title: "Unsupported image format", when: "image_file is not a JPEG, PNG or WEBP." },
+    Documented { status: 429, code: "too_many_concurrent_requests", title: "Too many concurrent requests", when: "The account already has its plan's number of requests in flight (Pro 5, Business 50). Retry-After is set." },
+    Documented { status: 500, code: "internal_error", title: "Internal error", when: "Something failed on the appliance; the cause is in its log." },
+    Documented { status: 503, code: "service_unavailable", title: "Service unavailable", when: "The model is still loading, the queue is full, the database cannot be written or the server is stopping. Retry-After is set." },
+];
+
 pub const MAX_PIXELS_DECODED: u64 = 50_000_000;
 pub const MAX_PIXELS_OUTPUT: u64 = 25_000_000;
 pub const MAX_IMAGE_BYTES: u64 = 10 * 1024 * 1024;
@@ -55,6 +88,7 @@ impl ApiError {
             MissingApiKey => (401, "missing_api_key", "Missing API key"),
             InvalidApiKey => (401, "invalid_api_key", "Invalid API key"),
             PlanNotAllowed => (403, "plan_not_allowed", "Plan has no API access"),
+            AccountSuspended => (403, "account_suspended", "Account suspended"),
             QuotaExceeded { .. } => (402, "quota_exceeded", "Monthly quota exceeded"),
             TooManyConcurrentRequests { .. } => (
                 429,
@@ -96,6 +130,9 @@ impl ApiError {
             MissingApiKey => "Send your API key in the X-Api-Key header.".into(),
             InvalidApiKey => "The API key is not valid.".into(),
             PlanNotAllowed => "The account's plan does not include API access.".into(),
+            AccountSuspended => {
+                "The account is suspended; ask the appliance's operator to re-enable it.".into()
+            }
             QuotaExceeded { limit } => {
                 format!("All {limit} images of this month are used; the count resets on the 1st (UTC).")
             }
@@ -129,5 +166,62 @@ impl ApiError {
             ApiError::Unavailable(_) => Some(5),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of every error `POST /api/remove-bg` can answer.
+    fn remove_bg_errors() -> Vec<ApiError> {
+        use ApiError::*;
+        vec![
+            MissingApiKey,
+            InvalidApiKey,
+            PlanNotAllowed,
+            AccountSuspended,
+            QuotaExceeded { limit: 1 },
+            TooManyConcurrentRequests { limit: 1 },
+            MissingImageFile,
+            InvalidSize,
+            InvalidImage("x".into()),
+            ImageTooLarge {
+                width: 1,
+                height: 1,
+            },
+            ResolutionTooHigh {
+                width: 1,
+                height: 1,
+            },
+            InvalidRequest("x".into()),
+            RequestTimeout,
+            FileTooLarge,
+            UnsupportedImageFormat,
+            Unavailable("x".into()),
+            Internal(anyhow::anyhow!("x")),
+        ]
+    }
+
+    #[test]
+    fn the_documented_table_is_exactly_what_describe_says() {
+        let described: Vec<_> = remove_bg_errors()
+            .iter()
+            .map(|e| (e.status(), e.code(), e.title()))
+            .collect();
+        let documented: Vec<_> = REMOVE_BG_ERRORS
+            .iter()
+            .map(|d| (d.status, d.code, d.title))
+            .collect();
+        for pair in &described {
+            assert!(documented.contains(pair), "{pair:?} is not documented");
+        }
+        for pair in &documented {
+            assert!(
+                described.contains(pair),
+                "{pair:?} is documented but never made"
+            );
+        }
+        assert_eq!(described.len(), documented.len());
     }
 }

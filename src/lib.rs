@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod dashboard;
 pub mod domain;
 pub mod engine;
 pub mod error;
@@ -11,6 +12,8 @@ pub mod http;
 pub mod imaging;
 pub mod limits;
 pub mod pipeline;
+pub mod secrets;
+pub mod stats;
 pub mod store;
 
 pub use http::{App, EngineSource, ShutdownHandle};

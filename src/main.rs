@@ -8,6 +8,7 @@ use cutout::config::Settings;
 use cutout::domain::{AccountName, Month, SizeMode};
 use cutout::engine::{self, Manifest, Readiness};
 use cutout::pipeline::Pipeline;
+use cutout::secrets::{check_password_policy, hash_password};
 use cutout::store::Store;
 use cutout::{App, EngineSource};
 use std::path::PathBuf;
@@ -61,6 +62,9 @@ enum Command {
         #[command(subcommand)]
         set: Option<UsageCommand>,
     },
+    /// The operator's dashboard sign-in.
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Cut out one image offline, without a key.
     Remove {
         input: PathBuf,
@@ -100,6 +104,13 @@ enum KeyCommand {
     Revoke {
         key_or_prefix: String,
     },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Set the password of the dashboard's `admin`, read from stdin (not
+    /// echoed on a terminal). Signs the operator out everywhere.
+    SetPassword,
 }
 
 #[derive(Subcommand)]
@@ -162,7 +173,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Account(AccountCommand::Create { name, plan }) => {
             let name = AccountName::parse(&name)
-                .ok_or_else(|| anyhow!("account names are 1-64 of A-Z a-z 0-9 . _ -"))?;
+                .ok_or_else(|| anyhow!("{}", cutout::domain::ACCOUNT_NAME_RULE))?;
             store()?.create_account(&name, &plan, now)?;
             println!("created account {name} on plan {plan}");
             Ok(())
@@ -249,6 +260,15 @@ fn run(cli: Cli) -> Result<()> {
             account: None,
             set: None,
         } => bail!("name an account: cutout usage ACCOUNT"),
+        Command::Admin(AdminCommand::SetPassword) => {
+            let store = store()?;
+            let password = read_new_password()?;
+            check_password_policy(&password).map_err(|why| anyhow!("{why}"))?;
+            store.set_admin_password(&hash_password(&password), now)?;
+            log::warn!("operator password set from the command line");
+            println!("The password of `admin` is set; sign in to the dashboard with it.");
+            Ok(())
+        }
         Command::Remove {
             input,
             output,
@@ -256,6 +276,27 @@ fn run(cli: Cli) -> Result<()> {
             model,
         } => remove(&cli.models_dir, &input, &output, &size, model),
     }
+}
+
+/// One line from stdin: typed at a terminal (twice, not echoed) or piped in.
+fn read_new_password() -> Result<String> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        eprint!("New admin password: ");
+        let first = rpassword::read_password()?;
+        eprint!("The same again: ");
+        if rpassword::read_password()? != first {
+            bail!("the two passwords differ");
+        }
+        return Ok(first);
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        bail!("no password on stdin (try: echo 'my password' | cutout admin set-password)");
+    }
+    Ok(password.to_owned())
 }
 
 fn serve(settings: Settings, demo: bool) -> Result<()> {

@@ -142,6 +142,11 @@ impl WorkQueue {
         let counts = self.lock();
         counts.running + counts.waiting
     }
+
+    /// The most requests it holds before refusing.
+    pub fn capacity(&self) -> usize {
+        self.max_running + self.max_waiting
+    }
 }
 
 impl Drop for Turn<'_> {

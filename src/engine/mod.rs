@@ -17,6 +17,9 @@ use std::path::Path;
 
 /// Runs one model. Implementations are shared by all inference workers.
 pub trait Engine: Send + Sync {
+    /// The inference library, as the status page names it.
+    fn name(&self) -> &'static str;
+
     /// Runs the model on one NCHW f32 image of `width`×`height`; returns
     /// the first output's `height*width` values.
     fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>>;

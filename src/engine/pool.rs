@@ -65,6 +65,14 @@ impl Inference {
         }
     }
 
+    /// The loaded engine's name, once it is loaded.
+    pub fn engine_name(&self) -> Option<&'static str> {
+        match &*self.readiness.read().unwrap() {
+            Readiness::Ready(engine) => Some(engine.name()),
+            _ => None,
+        }
+    }
+
     /// Runs the model on a free worker, waiting for one.
     pub fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>, InferError> {
         self.ready()?;

@@ -73,6 +73,10 @@ impl TractEngine {
 }
 
 impl Engine for TractEngine {
+    fn name(&self) -> &'static str {
+        "tract-onnx"
+    }
+
     fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>> {
         let plan = self.plan(width, height)?;
         let tensor = Tensor::from_shape(&[1, 3, height as usize, width as usize], &input)?;

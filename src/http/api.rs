@@ -1,13 +1,17 @@
 //! `POST /api/remove-bg`: authenticate, admit (concurrency and quota), read
 //! the form, cut out, charge. Every failure returns before the charge, so
-//! an error never costs the caller an image.
+//! an error never costs the caller an image. Try it in the dashboard takes
+//! the same steps with a signed-in user instead of a key.
 
-use super::multipart::read_form;
+use super::multipart::{read_form, Form};
 use super::respond::{self, header, Body};
+use super::session::header_value;
 use super::AppState;
 use crate::domain::{ApiKey, Month, SizeMode};
 use crate::error::ApiError;
-use crate::limits::Refusal;
+use crate::limits::{Permit, Refusal};
+use crate::pipeline::CutOut;
+use crate::store::Caller;
 use tiny_http::Request;
 
 pub struct Outcome {
@@ -31,14 +35,6 @@ pub fn remove_bg(state: &AppState, request: &mut Request) -> Outcome {
     Outcome { response, account }
 }
 
-fn header_value<'r>(request: &'r Request, name: &'static str) -> Option<&'r str> {
-    request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv(name))
-        .map(|h| h.value.as_str())
-}
-
 fn handle(
     state: &AppState,
     request: &mut Request,
@@ -55,8 +51,39 @@ fn handle(
         .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?;
     let caller = caller.ok_or(ApiError::InvalidApiKey)?;
     *account_name = Some(caller.account.name.clone());
-    let plan = &caller.account.plan;
-    if !plan.api_access {
+    let permit = admit(state, &caller)?;
+
+    let form = read_request_form(request)?;
+    let size = parse_size(form.size.as_deref())?;
+    let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
+    let done = cut_out_and_charge(state, permit, &caller, &image, size)?;
+
+    // Content-Length rather than chunked: clients saving a file like to know its size.
+    let mut response = tiny_http::Response::from_data(done.cut.png)
+        .with_chunked_threshold(usize::MAX)
+        .with_header(header("Content-Type", "image/png"))
+        .with_header(header("X-Width", done.cut.width))
+        .with_header(header("X-Height", done.cut.height));
+    if let Some(limit) = caller.account.plan.monthly_limit {
+        response.add_header(header("X-RateLimit-Limit", limit));
+        response.add_header(header(
+            "X-RateLimit-Remaining",
+            limit.saturating_sub(done.used),
+        ));
+        response.add_header(header("X-RateLimit-Reset", done.month.next().start_unix()));
+    }
+    Ok(response)
+}
+
+/// Lets one cut-out for `caller` start: the account may use the service,
+/// the model is loaded, and the account has a free slot and, on a plan with
+/// a monthly limit, an image left (reserved until the charge or the drop).
+pub fn admit(state: &AppState, caller: &Caller) -> Result<Permit, ApiError> {
+    let account = &caller.account;
+    if account.suspended {
+        return Err(ApiError::AccountSuspended);
+    }
+    if !account.plan.api_access {
         return Err(ApiError::PlanNotAllowed);
     }
     state
@@ -64,49 +91,57 @@ fn handle(
         .inference
         .ready()
         .map_err(|e| ApiError::Unavailable(e.to_string()))?;
-
     let month = Month::of_unix(state.clock.now_unix());
-    let permit = state
+    state
         .limiter
         .admit(
-            caller.account.id,
-            plan.concurrency,
-            plan.monthly_limit,
-            || state.store.usage(caller.account.id, month),
+            account.id,
+            account.plan.concurrency,
+            account.plan.monthly_limit,
+            || state.store.usage(account.id, month),
         )
         .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?
         .map_err(|refusal| match refusal {
             Refusal::TooManyConcurrent { limit } => ApiError::TooManyConcurrentRequests { limit },
             Refusal::QuotaExceeded { limit } => ApiError::QuotaExceeded { limit },
-        })?;
+        })
+}
 
+pub fn read_request_form(request: &mut Request) -> Result<Form, ApiError> {
     let content_type = header_value(request, "Content-Type").map(str::to_owned);
     let content_length = request.body_length().map(|n| n as u64);
-    let form = read_form(content_type.as_deref(), content_length, request.as_reader())?;
-    let size = match form.size.as_deref() {
-        None => SizeMode::Auto,
-        Some(s) => SizeMode::parse(s.trim()).ok_or(ApiError::InvalidSize)?,
-    };
-    let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
-    let cut = state.pipeline.cut_out(&image, size)?;
+    read_form(content_type.as_deref(), content_length, request.as_reader())
+}
 
+pub fn parse_size(size: Option<&str>) -> Result<SizeMode, ApiError> {
+    match size {
+        None => Ok(SizeMode::Auto),
+        Some(s) => SizeMode::parse(s.trim()).ok_or(ApiError::InvalidSize),
+    }
+}
+
+pub struct Charged {
+    pub cut: CutOut,
+    /// The month's count after this image.
+    pub used: u32,
+    pub month: Month,
+}
+
+/// Cuts out `image` and, only once that worked, counts it.
+pub fn cut_out_and_charge(
+    state: &AppState,
+    permit: Permit,
+    caller: &Caller,
+    image: &[u8],
+    size: SizeMode,
+) -> Result<Charged, ApiError> {
+    let cut = state.pipeline.cut_out(image, size)?;
     let now = state.clock.now_unix();
+    let month = Month::of_unix(now);
     let used = permit
-        .charge(|| state.store.charge(&caller, month, now))
+        .charge(|| state.store.charge(caller, month, now))
         .map_err(|e| {
             ApiError::Unavailable(format!("database: could not record the charge: {e}"))
         })?;
-
-    // Content-Length rather than chunked: clients saving a file like to know its size.
-    let mut response = tiny_http::Response::from_data(cut.png)
-        .with_chunked_threshold(usize::MAX)
-        .with_header(header("Content-Type", "image/png"))
-        .with_header(header("X-Width", cut.width))
-        .with_header(header("X-Height", cut.height));
-    if let Some(limit) = plan.monthly_limit {
-        response.add_header(header("X-RateLimit-Limit", limit));
-        response.add_header(header("X-RateLimit-Remaining", limit.saturating_sub(used)));
-        response.add_header(header("X-RateLimit-Reset", month.next().start_unix()));
-    }
-    Ok(response)
+    Ok(Charged { cut, used, month })
 }

@@ -3,8 +3,12 @@
 //! The only module that knows HTTP.
 
 mod api;
+mod dashboard;
 mod multipart;
 mod respond;
+mod session;
+mod throttle;
+mod tries;
 
 use crate::clock::Clock;
 use crate::config::Settings;
@@ -12,11 +16,14 @@ use crate::engine::{self, Engine, Manifest, Readiness};
 use crate::error::ApiError;
 use crate::limits::Limiter;
 use crate::pipeline::Pipeline;
+use crate::secrets::random_token;
+use crate::stats::Stats;
 use crate::store::Store;
 use anyhow::{anyhow, Context, Result};
 use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use tiny_http::{Method, Request, Server};
@@ -35,13 +42,46 @@ pub struct AppState {
     pub limiter: Limiter,
     pub pipeline: Pipeline,
     pub clock: Clock,
+    pub stats: Arc<Stats>,
+    pub dashboard: DashboardState,
+    thermal_dir: PathBuf,
+    listen: String,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
+}
+
+/// What the dashboard keeps between requests besides the database.
+#[derive(Default)]
+pub struct DashboardState {
+    throttle: throttle::LoginThrottle,
+    tries: tries::Tries,
+    /// The one-time setup link's token, while no operator password is set.
+    setup_token: Mutex<Option<String>>,
+}
+
+impl DashboardState {
+    pub fn setup_token(&self) -> Option<String> {
+        self.setup_token
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 impl AppState {
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+}
+
+/// What the appliance is doing, as the status light will show it.
+pub fn appliance_state(state: &AppState) -> &'static str {
+    match state.pipeline.inference.ready() {
+        Err(crate::engine::InferError::Loading) => "starting",
+        Err(_) => "degraded",
+        Ok(()) if state.store.check_writable().is_err() => "degraded",
+        Ok(()) if state.pipeline.queue.depth() > 0 => "busy",
+        Ok(()) => "idle",
     }
 }
 
@@ -77,24 +117,24 @@ impl App {
                 .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
 
         let pipeline = Pipeline::new(spec, settings.inference_workers, settings.queue_capacity);
+        let stats = Arc::new(Stats::default());
         let inference = &pipeline.inference;
         match engine {
             EngineSource::Ready(engine) => inference.set(Readiness::Ready(engine)),
             EngineSource::Load => {
-                let (inference, spec, dir) = (
+                let (inference, spec, dir, stats) = (
                     inference.clone(),
                     pipeline.spec.clone(),
                     settings.models_dir.clone(),
+                    stats.clone(),
                 );
                 thread::spawn(move || {
                     let started = Instant::now();
                     match engine::load(&spec, &dir) {
                         Ok(engine) => {
-                            log::info!(
-                                "model {} loaded in {:.2} s",
-                                spec.name,
-                                started.elapsed().as_secs_f64()
-                            );
+                            let took = started.elapsed();
+                            log::info!("model {} loaded in {:.2} s", spec.name, took.as_secs_f64());
+                            stats.set_model_load(took);
                             inference.set(Readiness::Ready(Arc::new(engine)));
                         }
                         Err(e) => {
@@ -105,11 +145,29 @@ impl App {
                 });
             }
         }
+        let dashboard = DashboardState::default();
+        if store.admin_password_hash()?.is_none() {
+            let token = random_token();
+            let host = if addr.ip().is_unspecified() {
+                format!("<this appliance's address>:{}", addr.port())
+            } else {
+                addr.to_string()
+            };
+            log::warn!(
+                "No operator password is set. Set one at http://{host}/setup?token={token} \
+                 (the link works once, until restart), or with `cutout admin set-password`."
+            );
+            *dashboard.setup_token.lock().unwrap() = Some(token);
+        }
         let state = Arc::new(AppState {
             store,
             limiter: Limiter::default(),
             pipeline,
             clock: settings.clock.clone(),
+            stats,
+            dashboard,
+            thermal_dir: settings.thermal_dir.clone(),
+            listen: addr.to_string(),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });
@@ -187,9 +245,19 @@ fn serve(state: &AppState, mut request: Request) {
         response: respond::error(&ApiError::Internal(anyhow!("handler panicked"))),
         account: None,
     });
-    let status = outcome.response.status_code().0;
-    let bytes = outcome.response.data_length().unwrap_or(0);
-    if let Err(e) = request.respond(outcome.response) {
+    let mut response = outcome.response;
+    for (name, value) in SECURITY_HEADERS {
+        response.add_header(respond::header(name, value));
+    }
+    let status = response.status_code().0;
+    let bytes = response.data_length().unwrap_or(0);
+    let cut_out_call = method == Method::Post && (path == "/api/remove-bg" || path == "/try");
+    if cut_out_call {
+        state
+            .stats
+            .record(state.clock.now_unix(), status, started.elapsed());
+    }
+    if let Err(e) = request.respond(response) {
         log::debug!("writing the response failed: {e}");
     }
     state.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -200,25 +268,61 @@ fn serve(state: &AppState, mut request: Request) {
     );
 }
 
+/// Every response: the dashboard's pages may load only what this server
+/// serves, may not be framed, and send no Referer (the setup link carries
+/// a token).
+const SECURITY_HEADERS: [(&str, &str); 4] = [
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self'; script-src 'self'; style-src 'self'; \
+         connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+];
+
 fn route(state: &AppState, method: &Method, path: &str, request: &mut Request) -> api::Outcome {
     let plain = |response| api::Outcome {
         response,
         account: None,
     };
+    let get = matches!(method, Method::Get | Method::Head);
     match (path, method) {
         ("/api/remove-bg", Method::Post) => api::remove_bg(state, request),
-        ("/healthz", Method::Get | Method::Head) => {
-            plain(respond::json(200, &serde_json::json!({"status": "ok"})))
-        }
-        ("/readyz", Method::Get | Method::Head) => plain(readiness(state)),
+        ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
+        ("/readyz", _) if get => plain(readiness(state)),
+        ("/api/openapi.json", _) if get => plain(dashboard::openapi_json()),
         ("/api/remove-bg", _) => plain(respond::error(&ApiError::MethodNotAllowed {
             allow: "POST",
         })),
-        ("/healthz" | "/readyz", _) => plain(respond::error(&ApiError::MethodNotAllowed {
-            allow: "GET, HEAD",
-        })),
-        _ => plain(respond::error(&ApiError::NotFound)),
+        ("/healthz" | "/readyz" | "/api/openapi.json", _) => {
+            plain(respond::error(&ApiError::MethodNotAllowed {
+                allow: "GET, HEAD",
+            }))
+        }
+        _ if path.starts_with("/api/") => plain(respond::error(&ApiError::NotFound)),
+        _ => plain(
+            dashboard::route(state, method, path, request).unwrap_or_else(|| not_found(request)),
+        ),
     }
+}
+
+/// A person gets a page, a program gets the JSON error.
+fn not_found(request: &Request) -> respond::Body {
+    let wants_html =
+        session::header_value(request, "Accept").is_some_and(|a| a.contains("text/html"));
+    if !wants_html {
+        return respond::error(&ApiError::NotFound);
+    }
+    dashboard::html(
+        404,
+        crate::dashboard::message_page(
+            "Not found",
+            &crate::dashboard::Nav::Anonymous,
+            "There is nothing at this address.",
+        ),
+    )
 }
 
 /// Ready when the model is loaded and the database takes writes.

@@ -1,4 +1,4 @@
-//! Reads the multipart form of `POST /api/remove-bg` with multer. The body
+//! Reads the multipart form of `POST /api/remove-bg` (and of Try it) with multer. The body
 //! is read under a hard cap (10 MiB of image plus room for the rest of the
 //! form): reading stops the moment a body passes it, and a declared length
 //! over it is refused before a byte is read.
@@ -18,6 +18,8 @@ const MAX_BODY_BYTES: u64 = MAX_IMAGE_BYTES + FORM_OVERHEAD;
 pub struct Form {
     pub image_file: Option<Bytes>,
     pub size: Option<String>,
+    /// The dashboard's Try it form carries its CSRF token here.
+    pub csrf: Option<String>,
 }
 
 /// Parses the body as `multipart/form-data`. `content_length`, when the
@@ -69,6 +71,7 @@ pub fn read_form(
                     form.image_file = Some(field.bytes().await.map_err(from_multer)?);
                 }
                 Some("size") => form.size = Some(field.text().await.map_err(from_multer)?),
+                Some("csrf") => form.csrf = Some(field.text().await.map_err(from_multer)?),
                 // Unknown fields are read past, so newer clients still work.
                 _ => while field.chunk().await.map_err(from_multer)?.is_some() {},
             }

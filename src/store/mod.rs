@@ -44,6 +44,9 @@ pub struct Account {
     pub id: i64,
     pub name: String,
     pub plan: Plan,
+    pub suspended: bool,
+    /// Whether the account's user can sign in to the dashboard.
+    pub has_login: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -55,18 +58,36 @@ pub struct KeyRecord {
     pub revoked_at: Option<i64>,
 }
 
-/// Who is calling: the account behind a valid key.
+/// Who is calling: the account behind a valid key, or a signed-in user
+/// trying the service from the dashboard (no key).
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub account: Account,
-    pub key_id: i64,
+    pub key_id: Option<i64>,
+}
+
+/// Who a dashboard session belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Principal {
+    Admin,
+    Account(i64),
+}
+
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub principal: Principal,
+    pub csrf: String,
 }
 
 pub struct Store {
     conn: Mutex<Connection>,
 }
 
-const ACCOUNT_COLUMNS: &str = "a.id, a.name, p.name, p.monthly_limit, p.concurrency, p.api_access";
+const ACCOUNT_COLUMNS: &str =
+    "a.id, a.name, p.name, p.monthly_limit, p.concurrency, p.api_access, \
+     a.suspended_at IS NOT NULL, a.password_hash IS NOT NULL";
+/// The column after `ACCOUNT_COLUMNS`.
+const NEXT: usize = 8;
 
 fn account_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
     Ok(Account {
@@ -78,6 +99,8 @@ fn account_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
             concurrency: row.get(4)?,
             api_access: row.get(5)?,
         },
+        suspended: row.get(6)?,
+        has_login: row.get(7)?,
     })
 }
 
@@ -154,6 +177,17 @@ impl Store {
             .ok_or_else(|| StoreError::NoSuchAccount(name.to_owned()))
     }
 
+    pub fn account_by_id(&self, id: i64) -> Result<Account> {
+        self.conn()
+            .query_row(
+                &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a JOIN plans p ON p.name = a.plan WHERE a.id = ?1"),
+                [id],
+                account_from_row,
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::NoSuchAccount(format!("#{id}")))
+    }
+
     /// Every account with its usage in `month`.
     pub fn accounts(&self, month: Month) -> Result<Vec<(Account, u32)>> {
         let conn = self.conn();
@@ -162,7 +196,7 @@ impl Store {
              LEFT JOIN usage u ON u.account_id = a.id AND u.month = ?1 ORDER BY a.name"
         ))?;
         let rows = stmt.query_map([month.to_string()], |r| {
-            Ok((account_from_row(r)?, r.get(6)?))
+            Ok((account_from_row(r)?, r.get(NEXT)?))
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -178,24 +212,148 @@ impl Store {
         }
     }
 
+    /// Suspends an account (its keys and its user are refused) or lifts it.
+    /// Suspending ends the user's dashboard sessions.
+    pub fn set_suspended(&self, name: &str, suspended: bool, now: i64) -> Result<()> {
+        let account = self.account(name)?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "UPDATE accounts SET suspended_at = ?2 WHERE id = ?1",
+            params![account.id, suspended.then_some(now)],
+        )?;
+        if suspended {
+            tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account.id])?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Sets the account user's password hash and ends the user's sessions,
+    /// so a changed password locks out whoever knew the old one.
+    pub fn set_account_password(&self, name: &str, password_hash: &str) -> Result<()> {
+        let account = self.account(name)?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "UPDATE accounts SET password_hash = ?2 WHERE id = ?1",
+            params![account.id, password_hash],
+        )?;
+        tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account.id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The account named `name` and its user's password hash, for signing in.
+    pub fn account_login(&self, name: &str) -> Result<Option<(Account, Option<String>)>> {
+        Ok(self
+            .conn()
+            .query_row(
+                &format!("SELECT {ACCOUNT_COLUMNS}, a.password_hash FROM accounts a JOIN plans p ON p.name = a.plan WHERE a.name = ?1"),
+                [name],
+                |r| Ok((account_from_row(r)?, r.get(NEXT)?)),
+            )
+            .optional()?)
+    }
+
+    pub fn admin_password_hash(&self) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT password_hash FROM admin WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
+    /// Sets the operator's password hash and ends the operator's sessions.
+    pub fn set_admin_password(&self, password_hash: &str, now: i64) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT INTO admin (id, password_hash, updated_at) VALUES (1, ?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET password_hash = excluded.password_hash, updated_at = excluded.updated_at",
+            params![password_hash, now],
+        )?;
+        tx.execute("DELETE FROM sessions WHERE account_id IS NULL", [])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records a new session (by the SHA-256 of its token) and clears out
+    /// expired ones.
+    pub fn create_session(
+        &self,
+        token_hash: &str,
+        principal: Principal,
+        csrf: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<()> {
+        let account_id = match principal {
+            Principal::Admin => None,
+            Principal::Account(id) => Some(id),
+        };
+        let conn = self.conn();
+        conn.execute("DELETE FROM sessions WHERE expires_at <= ?1", [now])?;
+        conn.execute(
+            "INSERT INTO sessions (token_hash, account_id, csrf, expires_at) VALUES (?1, ?2, ?3, ?4)",
+            params![token_hash, account_id, csrf, expires_at],
+        )?;
+        Ok(())
+    }
+
+    /// The live session with this token hash. An account user's session
+    /// ends with the account's suspension.
+    pub fn session(&self, token_hash: &str, now: i64) -> Result<Option<Session>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT s.account_id, s.csrf FROM sessions s LEFT JOIN accounts a ON a.id = s.account_id
+                 WHERE s.token_hash = ?1 AND s.expires_at > ?2 AND a.suspended_at IS NULL",
+                params![token_hash, now],
+                |r| {
+                    let account_id: Option<i64> = r.get(0)?;
+                    Ok(Session {
+                        principal: account_id.map_or(Principal::Admin, Principal::Account),
+                        csrf: r.get(1)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    pub fn end_session(&self, token_hash: &str) -> Result<()> {
+        self.conn()
+            .execute("DELETE FROM sessions WHERE token_hash = ?1", [token_hash])?;
+        Ok(())
+    }
+
     /// Makes a key for `account`; the clear key exists only in the return value.
     pub fn create_key(&self, account: &str, label: &str, now: i64) -> Result<ApiKey> {
         let account = self.account(account)?;
+        self.create_key_for(account.id, label, now)
+    }
+
+    pub fn create_key_for(&self, account_id: i64, label: &str, now: i64) -> Result<ApiKey> {
         let key = ApiKey::generate();
         self.conn().execute(
             "INSERT INTO api_keys (account_id, prefix, hash, label, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![account.id, key.prefix(), key.hash(), label, now],
+            params![account_id, key.prefix(), key.hash(), label, now],
         )?;
         Ok(key)
     }
 
     pub fn keys(&self, account: &str) -> Result<Vec<KeyRecord>> {
         let account = self.account(account)?;
+        self.keys_of(account.id)
+    }
+
+    pub fn keys_of(&self, account_id: i64) -> Result<Vec<KeyRecord>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT prefix, label, created_at, last_used_at, revoked_at FROM api_keys WHERE account_id = ?1 ORDER BY id",
         )?;
-        let rows = stmt.query_map([account.id], |r| {
+        let rows = stmt.query_map([account_id], |r| {
             Ok(KeyRecord {
                 prefix: r.get(0)?,
                 label: r.get(1)?,
@@ -234,6 +392,18 @@ impl Store {
         }
     }
 
+    /// Revokes `account_id`'s active key with exactly this prefix; another
+    /// account's key is as unknown as one that does not exist.
+    pub fn revoke_key_of(&self, account_id: i64, prefix: &str, now: i64) -> Result<()> {
+        match self.conn().execute(
+            "UPDATE api_keys SET revoked_at = ?3 WHERE account_id = ?1 AND prefix = ?2 AND revoked_at IS NULL",
+            params![account_id, prefix, now],
+        )? {
+            0 => Err(StoreError::NoSuchKey(prefix.to_owned())),
+            _ => Ok(()),
+        }
+    }
+
     /// The account behind an active key, or `None` for an unknown or revoked one.
     pub fn authenticate(&self, key: &ApiKey) -> Result<Option<Caller>> {
         Ok(self
@@ -244,7 +414,7 @@ impl Store {
                      JOIN plans p ON p.name = a.plan WHERE k.hash = ?1 AND k.revoked_at IS NULL"
                 ),
                 [key.hash()],
-                |r| Ok(Caller { account: account_from_row(r)?, key_id: r.get(6)? }),
+                |r| Ok(Caller { account: account_from_row(r)?, key_id: Some(r.get(NEXT)?) }),
             )
             .optional()?)
     }
@@ -272,10 +442,12 @@ impl Store {
             params![caller.account.id, month.to_string()],
             |r| r.get(0),
         )?;
-        tx.execute(
-            "UPDATE api_keys SET last_used_at = ?2 WHERE id = ?1",
-            params![caller.key_id, now],
-        )?;
+        if let Some(key_id) = caller.key_id {
+            tx.execute(
+                "UPDATE api_keys SET last_used_at = ?2 WHERE id = ?1",
+                params![key_id, now],
+            )?;
+        }
         tx.commit()?;
         Ok(count)
     }

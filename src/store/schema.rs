@@ -34,6 +34,21 @@ const MIGRATIONS: &[&str] = &[
         count INTEGER NOT NULL,
         PRIMARY KEY (account_id, month)
      );",
+    // 2: dashboard logins and sessions, suspension.
+    "ALTER TABLE accounts ADD COLUMN suspended_at INTEGER;   -- NULL: active
+     ALTER TABLE accounts ADD COLUMN password_hash TEXT;     -- argon2id; NULL: no dashboard login
+     CREATE TABLE admin (
+        id INTEGER PRIMARY KEY CHECK (id = 1),      -- one operator
+        password_hash TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+     );
+     CREATE TABLE sessions (
+        token_hash TEXT PRIMARY KEY,                -- SHA-256 of the cookie; the token itself is never stored
+        account_id INTEGER REFERENCES accounts (id),  -- NULL: the operator
+        csrf TEXT NOT NULL,
+        expires_at INTEGER NOT NULL
+     );
+     CREATE INDEX sessions_by_account ON sessions (account_id);",
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {

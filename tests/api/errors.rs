@@ -174,6 +174,10 @@ fn until_the_model_is_loaded_calls_get_503_with_retry_after() {
 struct FailingEngine;
 
 impl Engine for FailingEngine {
+    fn name(&self) -> &'static str {
+        "failing test engine"
+    }
+
     fn run(&self, _: Vec<f32>, _: u32, _: u32) -> anyhow::Result<Vec<f32>> {
         anyhow::bail!("secret internal detail")
     }

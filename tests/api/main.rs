@@ -3,6 +3,7 @@
 mod helpers;
 
 mod cli;
+mod dashboard;
 mod errors;
 mod formats;
 mod limits;

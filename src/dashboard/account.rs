@@ -1,0 +1,172 @@
+//! An account user's pages: the account with its keys, revoking a key, and
+//! Try it.
+
+use super::{csrf_field, date_or, day, field_error, page, usage_summary, AccountView, Nav};
+use crate::domain::ApiKey;
+use crate::store::{Account, KeyRecord};
+use maud::{html, Markup};
+
+/// Shown once, right after a key is made.
+pub struct KeyNotice<'a> {
+    pub key: &'a ApiKey,
+    pub label: &'a str,
+}
+
+pub fn account_home(
+    csrf: &str,
+    shown: &AccountView,
+    new_key: Option<KeyNotice>,
+    label_error: Option<&str>,
+    flash: Option<&str>,
+) -> Markup {
+    let (account, keys) = (&shown.account, &shown.keys);
+    let active = keys.iter().filter(|k| k.revoked_at.is_none()).count();
+    let body = html! {
+        (usage_summary(shown))
+        @if let Some(notice) = new_key {
+            section.new-key role="status" {
+                h2 { "Your new key" @if !notice.label.is_empty() { " “" (notice.label) "”" } }
+                p { strong { "Copy it now: it is shown only this once." } " Only a fingerprint of it is stored, so nobody can show it again." }
+                div.copy-row {
+                    input #new-key type="text" readonly value=(notice.key.expose()) aria-label="New API key";
+                    button type="button" data-copy="new-key" { "Copy" }
+                }
+            }
+        }
+        section {
+            h2 { "API keys" }
+            @if active == 0 {
+                p.empty { "You have no active API keys. Create one below and put it in your booth's or kiosk's settings; each key can be revoked on its own." }
+            }
+            @if !keys.is_empty() {
+                div.scroll {
+                    table {
+                        thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { "" } } }
+                        tbody {
+                            @for key in keys {
+                                tr.revoked[key.revoked_at.is_some()] {
+                                    td { code { (key.prefix) "…" } }
+                                    td { (key.label) }
+                                    td { (day(key.created_at)) }
+                                    td { (date_or(key.last_used_at, "never")) }
+                                    td {
+                                        @match key.revoked_at {
+                                            Some(t) => { "revoked " (day(t)) }
+                                            None => { a.danger href={ "/account/keys/" (key.prefix) "/revoke" } { "Revoke" } }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            form.card method="post" action="/account/keys" {
+                (csrf_field(csrf))
+                label for="label" { "Label (where the key will be used, e.g. “Booth 2”)" }
+                input #label type="text" name="label" maxlength="64" aria-describedby="label-error";
+                (field_error("label-error", label_error))
+                button type="submit" { "Create key" }
+            }
+        }
+    };
+    page(
+        "Your account",
+        &Nav::User {
+            account: &account.name,
+            csrf,
+        },
+        flash,
+        body,
+    )
+}
+
+pub fn revoke_confirm(csrf: &str, account: &str, key: &KeyRecord) -> Markup {
+    let body = html! {
+        div.card {
+            p {
+                "Revoke the key " code { (key.prefix) "…" }
+                @if !key.label.is_empty() { " (“" (key.label) "”)" } "?"
+            }
+            p { "Anything still using it gets " code { "401 invalid_api_key" } " from the next call on. This cannot be undone; you can always create a new key." }
+            form.inline method="post" action={ "/account/keys/" (key.prefix) "/revoke" } {
+                (csrf_field(csrf))
+                button.danger type="submit" { "Revoke key" }
+            }
+            " "
+            a.button.secondary href="/account" { "Cancel" }
+        }
+    };
+    page("Revoke a key", &Nav::User { account, csrf }, None, body)
+}
+
+/// A finished try: the images are served from `/try/original` and
+/// `/try/result.png`; `serial` makes each try's URLs new.
+pub struct TryView {
+    pub serial: u64,
+    pub width: u32,
+    pub height: u32,
+}
+
+pub fn try_page(
+    csrf: &str,
+    account: &Account,
+    used: u32,
+    result: Option<&TryView>,
+    error: Option<&str>,
+) -> Markup {
+    let left = account
+        .plan
+        .monthly_limit
+        .map(|limit| limit.saturating_sub(used));
+    let body = html! {
+        p {
+            "Send a photo through the same service your booths call. Each successful try counts as one image"
+            @match left { Some(left) => { " (" (left) " left this month)." } None => "." }
+        }
+        form.card #try-form method="post" action="/try" enctype="multipart/form-data" {
+            (csrf_field(csrf))
+            label.dropzone for="image_file" {
+                span { "Drop a JPG, PNG or WEBP here (at most 10 MB), or choose one" }
+                input #image_file type="file" name="image_file" accept="image/jpeg,image/png,image/webp"
+                    required aria-describedby="try-error";
+                span.filename {}
+            }
+            label for="size" { "Size" }
+            select #size name="size" {
+                option value="auto" selected { "auto: the photo's size, up to 25 megapixels" }
+                option value="preview" { "preview: up to 0.25 megapixels" }
+                option value="full" { "full: the photo's size, refused above 25 megapixels" }
+            }
+            (field_error("try-error", error))
+            button type="submit" { "Remove background" }
+        }
+        @if let Some(result) = result {
+            section.result {
+                h2 { "Result" }
+                div.compare {
+                    figure {
+                        img src={ "/try/original?n=" (result.serial) } alt="The photo you sent";
+                        figcaption { "Original" }
+                    }
+                    figure {
+                        div.checker {
+                            img #cutout src={ "/try/result.png?n=" (result.serial) } alt="The cut-out with a transparent background";
+                        }
+                        figcaption { "Cut-out, " (result.width) "×" (result.height) }
+                    }
+                }
+                a.button href={ "/try/result.png?download=1&n=" (result.serial) } download="cutout.png" { "Download PNG" }
+            }
+        }
+    };
+    page(
+        "Try it",
+        &Nav::User {
+            account: &account.name,
+            csrf,
+        },
+        None,
+        body,
+    )
+}

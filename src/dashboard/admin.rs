@@ -1,0 +1,261 @@
+//! The operator's pages: every account with its usage, one account's
+//! settings, and the appliance's status.
+
+use super::{
+    csrf_field, date_or, day, field_error, page, plan_title, usage_summary, AccountView, Nav,
+};
+use crate::domain::Month;
+use crate::store::{Account, KeyRecord, Plan};
+use maud::{html, Markup};
+use std::time::Duration;
+
+/// The "new account" form as last submitted, with what was wrong with it.
+#[derive(Default)]
+pub struct NewAccount {
+    pub name: String,
+    pub plan: String,
+    pub name_error: Option<String>,
+    pub password_error: Option<String>,
+}
+
+pub fn admin_accounts(
+    csrf: &str,
+    month: Month,
+    accounts: &[(Account, u32)],
+    plans: &[Plan],
+    form: &NewAccount,
+    flash: Option<&str>,
+) -> Markup {
+    let body = html! {
+        section {
+            h2 { "Usage in " (month) }
+            @if accounts.is_empty() {
+                p.empty { "No accounts yet. Create the first one below; then give its user the name and password so they can sign in and make API keys." }
+            } @else {
+                div.scroll {
+                    table {
+                        thead { tr { th { "Account" } th { "Plan" } th.num { "Used" } th.num { "Limit" } th.num { "At a time" } th { "Status" } } }
+                        tbody {
+                            @for (account, used) in accounts {
+                                tr {
+                                    td { a href={ "/admin/accounts/" (account.name) } { (account.name) } }
+                                    td { (plan_title(&account.plan.name)) }
+                                    td.num { (used) }
+                                    td.num { (account.plan.monthly_limit.map_or("none".to_owned(), |l| l.to_string())) }
+                                    td.num { (account.plan.concurrency) }
+                                    td {
+                                        @if account.suspended { span.bad { "suspended" } }
+                                        @else if !account.has_login { "no sign-in yet" }
+                                        @else { "active" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "New account" }
+            form.card method="post" action="/admin/accounts" {
+                (csrf_field(csrf))
+                label for="name" { "Name (the user signs in with it)" }
+                input #name type="text" name="name" value=(form.name) required maxlength="64"
+                    autocapitalize="none" pattern="[A-Za-z0-9._\\-]+" aria-describedby="name-error";
+                (field_error("name-error", form.name_error.as_deref()))
+                label for="plan" { "Plan" }
+                (plan_select(plans, &form.plan))
+                label for="password" { "Password for its user (optional; you can set it later)" }
+                input #password type="password" name="password" autocomplete="new-password"
+                    aria-describedby="password-error";
+                (field_error("password-error", form.password_error.as_deref()))
+                button type="submit" { "Create account" }
+            }
+        }
+    };
+    page("Accounts", &Nav::Admin { csrf }, flash, body)
+}
+
+fn plan_select(plans: &[Plan], selected: &str) -> Markup {
+    html! {
+        select #plan name="plan" {
+            @for plan in plans {
+                option value=(plan.name) selected[plan.name == selected] {
+                    (plan_title(&plan.name)) " · "
+                    @match plan.monthly_limit {
+                        Some(_) if !plan.api_access => "no API access",
+                        Some(limit) => { (limit) " images a month" },
+                        None => "unlimited",
+                    }
+                    ", " (plan.concurrency) " at a time"
+                }
+            }
+        }
+    }
+}
+
+/// What was wrong with the last submission of one of the account page's forms.
+#[derive(Default)]
+pub struct AccountForms {
+    pub plan_error: Option<String>,
+    pub password_error: Option<String>,
+}
+
+pub fn admin_account(
+    csrf: &str,
+    shown: &AccountView,
+    plans: &[Plan],
+    forms: &AccountForms,
+    flash: Option<&str>,
+) -> Markup {
+    let (account, keys) = (&shown.account, &shown.keys);
+    let base = format!("/admin/accounts/{}", account.name);
+    let body = html! {
+        (usage_summary(shown))
+        section {
+            h2 { "Plan" }
+            form.card method="post" action={ (base) "/plan" } {
+                (csrf_field(csrf))
+                label for="plan" { "Plan" }
+                (plan_select(plans, &account.plan.name))
+                (field_error("plan-error", forms.plan_error.as_deref()))
+                button type="submit" { "Change plan" }
+            }
+        }
+        section {
+            h2 { "Sign-in for " (account.name) }
+            p {
+                @if account.has_login { "The user can sign in. Setting a new password signs them out everywhere." }
+                @else { "No password set: the user cannot sign in yet." }
+            }
+            form.card method="post" action={ (base) "/password" } {
+                (csrf_field(csrf))
+                label for="password" { "New password (8 characters or more)" }
+                input #password type="password" name="password" autocomplete="new-password"
+                    required aria-describedby="password-error";
+                (field_error("password-error", forms.password_error.as_deref()))
+                button type="submit" { "Set password" }
+            }
+        }
+        section {
+            h2 { "Suspension" }
+            @if account.suspended {
+                p { "The account is suspended: its keys get 403 " code { "account_suspended" } " and its user cannot sign in." }
+                form.inline method="post" action={ (base) "/suspension" } {
+                    (csrf_field(csrf))
+                    input type="hidden" name="suspended" value="false";
+                    button type="submit" { "Re-enable account" }
+                }
+            } @else {
+                p { "Suspending stops every key of the account at once and signs its user out. Usage and keys are kept." }
+                form.inline method="post" action={ (base) "/suspension" } {
+                    (csrf_field(csrf))
+                    input type="hidden" name="suspended" value="true";
+                    button.danger type="submit" { "Suspend account" }
+                }
+            }
+        }
+        section {
+            h2 { "API keys" }
+            @if keys.is_empty() {
+                p.empty { "No keys. The account's user makes them after signing in." }
+            } @else {
+                (key_table(keys))
+            }
+        }
+    };
+    page(&account.name, &Nav::Admin { csrf }, flash, body)
+}
+
+/// Keys as the operator sees them: no actions.
+fn key_table(keys: &[KeyRecord]) -> Markup {
+    html! {
+        div.scroll {
+            table {
+                thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { "Status" } } }
+                tbody {
+                    @for key in keys {
+                        tr.revoked[key.revoked_at.is_some()] {
+                            td { code { (key.prefix) "…" } }
+                            td { (key.label) }
+                            td { (day(key.created_at)) }
+                            td { (date_or(key.last_used_at, "never")) }
+                            td { (key.revoked_at.map_or("active".to_owned(), |t| format!("revoked {}", day(t)))) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub struct StatusView {
+    pub model: String,
+    /// `None` while the model loads or after it failed.
+    pub engine: Option<&'static str>,
+    pub model_state: String,
+    pub model_load: Option<Duration>,
+    pub database: String,
+    pub queue_depth: usize,
+    pub queue_capacity: usize,
+    pub calls_today: u64,
+    pub client_errors_today: u64,
+    pub server_errors_today: u64,
+    pub median_latency: Option<Duration>,
+    pub latency_samples: usize,
+    pub led: String,
+    pub uptime: Duration,
+    pub version: &'static str,
+    pub cpu_celsius: Option<f64>,
+}
+
+pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
+    let body = html! {
+        dl.facts {
+            dt { "Model" } dd { (s.model) " · " (s.model_state) }
+            dt { "Engine" } dd { (s.engine.unwrap_or("not loaded")) }
+            dt { "Model load time" }
+            dd { (s.model_load.map_or("not loaded".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()))) }
+            dt { "Database" } dd { (s.database) }
+            dt { "Queue depth" } dd { (s.queue_depth) " of " (s.queue_capacity) }
+            dt { "Calls today (UTC)" } dd { (s.calls_today) }
+            dt { "Errors today" }
+            dd { (s.client_errors_today + s.server_errors_today) " (" (s.client_errors_today) " refused as bad requests or over limits, " (s.server_errors_today) " server-side)" }
+            dt { "Median latency" }
+            dd {
+                @match s.median_latency {
+                    Some(d) => { (format!("{:.2} s", d.as_secs_f64())) " over the last " (s.latency_samples) " cut-outs" }
+                    None => "no cut-outs yet",
+                }
+            }
+            dt { "Status light" } dd { (s.led) }
+            dt { "Uptime" } dd { (human_duration(s.uptime)) }
+            dt { "Version" } dd { (s.version) }
+            dt { "CPU temperature" }
+            dd { (s.cpu_celsius.map_or("not reported by this machine".to_owned(), |c| format!("{c:.1} °C"))) }
+        }
+    };
+    page("Status", &Nav::Admin { csrf }, None, body)
+}
+
+fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (days, hours, minutes) = (secs / 86_400, secs % 86_400 / 3600, secs % 3600 / 60);
+    match (days, hours) {
+        (0, 0) => format!("{minutes} min"),
+        (0, _) => format!("{hours} h {minutes} min"),
+        _ => format!("{days} d {hours} h"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptime_reads_in_the_largest_sensible_units() {
+        assert_eq!(human_duration(Duration::from_secs(59)), "0 min");
+        assert_eq!(human_duration(Duration::from_secs(3_720)), "1 h 2 min");
+        assert_eq!(human_duration(Duration::from_secs(90_000)), "1 d 1 h");
+    }
+}

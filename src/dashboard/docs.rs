@@ -1,0 +1,100 @@
+//! The API docs page: the endpoint, its fields, every error, and examples
+//! with the reader's own key prefix filled in.
+
+use super::{page, Nav};
+use crate::error::REMOVE_BG_ERRORS;
+use maud::{html, Markup};
+
+/// `base_url` is how the reader reached this server; `key_prefix` is the
+/// start of the reader's newest active key, when they have one.
+pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup {
+    let key = key_prefix.map_or("YOUR_API_KEY".to_owned(), |p| format!("{p}…"));
+    let url = format!("{base_url}/api/remove-bg");
+    let curl = format!(
+        "curl -f -H 'X-Api-Key: {key}' \\\n     -F image_file=@photo.jpg -F size=auto \\\n     {url} -o cutout.png"
+    );
+    let python = format!(
+        "import requests\n\nwith open(\"photo.jpg\", \"rb\") as photo:\n    reply = requests.post(\n        \"{url}\",\n        headers={{\"X-Api-Key\": \"{key}\"}},\n        files={{\"image_file\": photo}},\n        data={{\"size\": \"auto\"}},\n        timeout=60,\n    )\nif reply.ok:\n    open(\"cutout.png\", \"wb\").write(reply.content)\nelse:\n    print(reply.status_code, reply.json()[\"errors\"][0][\"detail\"])"
+    );
+    let fetch = format!(
+        "const form = new FormData();\nform.append(\"image_file\", fileInput.files[0]);\nform.append(\"size\", \"auto\");\n\nconst reply = await fetch(\"{url}\", {{\n  method: \"POST\",\n  headers: {{ \"X-Api-Key\": \"{key}\" }},\n  body: form,\n}});\nif (reply.ok) {{\n  const png = await reply.blob(); // image/png, transparent background\n}} else {{\n  const {{ errors }} = await reply.json();\n  console.error(reply.status, errors[0].code, errors[0].detail);\n}}"
+    );
+    let body = html! {
+        section {
+            h2 { "Remove a background" }
+            p.endpoint { code { "POST " (url) } }
+            p { "Send a photo as a multipart form; the answer is a PNG of the same photo with a transparent background (" code { "Content-Type: image/png" } "). Save it as a file." }
+            @if let Some(prefix) = key_prefix {
+                p.hint { "The examples use your key " code { (prefix) "…" } ". Put the whole key there: it was shown once, when you created it." }
+            } @else {
+                p.hint { "Replace " code { "YOUR_API_KEY" } " with a key from your account page." }
+            }
+            p { "The same contract as an OpenAPI 3.1 document: " a href="/api/openapi.json" { "/api/openapi.json" } "." }
+        }
+        section {
+            h2 { "Request" }
+            div.scroll {
+                table {
+                    thead { tr { th { "Part" } th { "Name" } th { "Value" } } }
+                    tbody {
+                        tr { td { "header" } td { code { "X-Api-Key" } } td { "Your API key. Required on every call." } }
+                        tr { td { "form field" } td { code { "image_file" } } td { "The photo: JPG, PNG or WEBP, at most 10 MB (10485760 bytes) and 50 megapixels. Required." } }
+                        tr {
+                            td { "form field" } td { code { "size" } }
+                            td {
+                                "Optional, default " code { "auto" } "."
+                                ul {
+                                    li { code { "auto" } ": the photo's resolution, scaled down to 25 megapixels when larger." }
+                                    li { code { "preview" } ": at most 0.25 megapixels, aspect ratio kept, never enlarged." }
+                                    li { code { "full" } ": the photo's resolution; above 25 megapixels is refused with " code { "resolution_too_high" } "." }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "Response" }
+            p { code { "200" } " with the PNG as the body, and these headers:" }
+            ul {
+                li { code { "X-Width" } ", " code { "X-Height" } ": the cut-out's size in pixels." }
+                li { code { "X-RateLimit-Limit" } ", " code { "X-RateLimit-Remaining" } ", " code { "X-RateLimit-Reset" } " (Unix time): on plans with a monthly limit." }
+            }
+            p { "Only successful calls are counted. Months are UTC calendar months. Pro: 500 images a month, 5 requests at a time. Business: no monthly limit, 50 at a time." }
+        }
+        section {
+            h2 { "Errors" }
+            p { "Every error is JSON, " code { "{\"errors\": [{\"title\": …, \"code\": …, \"detail\": …}]}" } ", and costs nothing." }
+            div.scroll {
+                table {
+                    thead { tr { th.num { "Status" } th { "Code" } th { "When" } } }
+                    tbody {
+                        @for e in REMOVE_BG_ERRORS {
+                            tr { td.num { (e.status) } td { code { (e.code) } } td { (e.when) } }
+                        }
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "Examples" }
+            (example("curl", "example-curl", &curl))
+            (example("Python (requests)", "example-python", &python))
+            (example("JavaScript (fetch)", "example-js", &fetch))
+        }
+    };
+    page("API docs", nav, None, body)
+}
+
+fn example(title: &str, id: &str, code: &str) -> Markup {
+    html! {
+        div.example {
+            div.example-head {
+                h3 { (title) }
+                button type="button" data-copy=(id) { "Copy" }
+            }
+            pre #(id) { code { (code) } }
+        }
+    }
+}

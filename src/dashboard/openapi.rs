@@ -1,0 +1,102 @@
+//! The API contract as an OpenAPI 3.1 document, made from the same error
+//! table as the docs page, so the two cannot disagree.
+
+use crate::error::{MAX_IMAGE_BYTES, REMOVE_BG_ERRORS};
+use serde_json::{json, Map, Value};
+
+pub fn document(version: &str) -> Value {
+    let mut responses = Map::new();
+    responses.insert(
+        "200".into(),
+        json!({
+            "description": "The cut-out: a PNG with a transparent background.",
+            "headers": {
+                "X-Width": { "schema": { "type": "integer" }, "description": "Width of the cut-out in pixels." },
+                "X-Height": { "schema": { "type": "integer" }, "description": "Height of the cut-out in pixels." },
+                "X-RateLimit-Limit": { "schema": { "type": "integer" }, "description": "Images a month (plans with a monthly limit only)." },
+                "X-RateLimit-Remaining": { "schema": { "type": "integer" }, "description": "Images left this month (plans with a monthly limit only)." },
+                "X-RateLimit-Reset": { "schema": { "type": "integer" }, "description": "Unix time the count resets: the next UTC month (plans with a monthly limit only)." }
+            },
+            "content": { "image/png": { "schema": { "type": "string", "contentMediaType": "image/png" } } }
+        }),
+    );
+    let mut statuses: Vec<u16> = REMOVE_BG_ERRORS.iter().map(|e| e.status).collect();
+    statuses.dedup();
+    for status in statuses {
+        let errors: Vec<_> = REMOVE_BG_ERRORS
+            .iter()
+            .filter(|e| e.status == status)
+            .collect();
+        let examples: Map<String, Value> = errors
+            .iter()
+            .map(|e| {
+                (
+                    e.code.to_owned(),
+                    json!({
+                        "summary": e.when,
+                        "value": { "errors": [{ "title": e.title, "code": e.code, "detail": e.when }] }
+                    }),
+                )
+            })
+            .collect();
+        let mut response = json!({
+            "description": errors.iter().map(|e| format!("`{}`: {}", e.code, e.when)).collect::<Vec<_>>().join(" "),
+            "content": { "application/json": {
+                "schema": { "$ref": "#/components/schemas/Error" },
+                "examples": examples
+            } }
+        });
+        if matches!(status, 429 | 503) {
+            response["headers"] = json!({
+                "Retry-After": { "schema": { "type": "integer" }, "description": "Seconds to wait before retrying." }
+            });
+        }
+        responses.insert(status.to_string(), response);
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "cutout",
+            "version": version,
+            "description": "Background removal on the local network: POST a photo, get a PNG cut-out with a transparent background."
+        },
+        "servers": [{ "url": "/" }],
+        "components": {
+            "securitySchemes": { "apiKey": { "type": "apiKey", "in": "header", "name": "X-Api-Key" } },
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["errors"],
+                    "properties": { "errors": { "type": "array", "minItems": 1, "items": {
+                        "type": "object",
+                        "required": ["title", "code", "detail"],
+                        "properties": {
+                            "title": { "type": "string" },
+                            "code": { "type": "string", "enum": REMOVE_BG_ERRORS.iter().map(|e| e.code).collect::<Vec<_>>() },
+                            "detail": { "type": "string" }
+                        }
+                    } } }
+                }
+            }
+        },
+        "security": [{ "apiKey": [] }],
+        "paths": { "/api/remove-bg": { "post": {
+            "operationId": "removeBackground",
+            "summary": "Remove the background of a photo",
+            "requestBody": { "required": true, "content": { "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["image_file"],
+                    "properties": {
+                        "image_file": { "type": "string", "contentMediaType": "application/octet-stream",
+                            "description": format!("JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes and 50 megapixels.") },
+                        "size": { "type": "string", "enum": ["auto", "preview", "full"], "default": "auto",
+                            "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP." }
+                    }
+                },
+                "encoding": { "image_file": { "contentType": "image/jpeg, image/png, image/webp" } }
+            } } },
+            "responses": responses
+        } } }
+    })
+}

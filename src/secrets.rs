@@ -1,0 +1,102 @@
+//! Everything secret in one place: random tokens, their SHA-256 for
+//! storage, constant-time comparison, and argon2id password hashes.
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use sha2::{Digest, Sha256};
+use std::sync::OnceLock;
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `bytes` bytes from the OS RNG, as hex.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).expect("the OS random number generator failed");
+    hex(&buf)
+}
+
+/// A session, CSRF or setup token: 256 bits.
+pub fn random_token() -> String {
+    random_hex(32)
+}
+
+pub fn sha256_hex(s: &str) -> String {
+    hex(&Sha256::digest(s.as_bytes()))
+}
+
+/// Equal without an early exit, so the time taken says nothing about where
+/// two secrets differ.
+pub fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// Passwords are 8 to 256 characters; nothing else is asked of them.
+pub fn check_password_policy(password: &str) -> Result<(), &'static str> {
+    match password.chars().count() {
+        0..=7 => Err("Use at least 8 characters."),
+        8..=256 => Ok(()),
+        _ => Err("Use at most 256 characters."),
+    }
+}
+
+/// An argon2id hash (PHC string) with the crate's defaults: 19 MiB, 2
+/// passes, 1 lane, the OWASP minimum that a Pi still computes in well under
+/// a second.
+pub fn hash_password(password: &str) -> String {
+    let mut salt = [0u8; 16];
+    getrandom::fill(&mut salt).expect("the OS random number generator failed");
+    let salt = SaltString::encode_b64(&salt).expect("16 bytes is a valid salt");
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .expect("argon2 with default parameters cannot fail")
+        .to_string()
+}
+
+/// Checks `password` against `hash`. With no hash (an unknown user) it
+/// still spends the time of one verification, so a failed login takes as
+/// long whether or not the name exists.
+pub fn verify_password(password: &str, hash: Option<&str>) -> bool {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    let known = hash.is_some();
+    let hash = hash.unwrap_or_else(|| DUMMY.get_or_init(|| hash_password("not a password")));
+    let Ok(parsed) = PasswordHash::new(hash) else {
+        return false;
+    };
+    Argon2::default()
+        .verify_password(password.as_bytes(), &parsed)
+        .is_ok()
+        && known
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_verifies_against_its_own_argon2id_hash_only() {
+        let hash = hash_password("correct horse");
+        assert!(hash.starts_with("$argon2id$"));
+        assert!(verify_password("correct horse", Some(&hash)));
+        assert!(!verify_password("correct horsf", Some(&hash)));
+        assert!(!verify_password("correct horse", None));
+        assert!(!verify_password("x", Some("not a phc string")));
+        assert_ne!(hash, hash_password("correct horse"), "salted");
+    }
+
+    #[test]
+    fn constant_time_eq_is_plain_equality() {
+        assert!(constant_time_eq("abc", "abc"));
+        assert!(!constant_time_eq("abc", "abd"));
+        assert!(!constant_time_eq("abc", "ab"));
+        assert!(constant_time_eq("", ""));
+    }
+
+    #[test]
+    fn the_policy_counts_characters_not_bytes() {
+        assert!(check_password_policy("1234567").is_err());
+        assert!(check_password_policy("ääääääää").is_ok());
+        assert!(check_password_policy(&"x".repeat(257)).is_err());
+    }
+}

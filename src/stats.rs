@@ -1,0 +1,143 @@
+//! What the status page shows about traffic: API calls and errors per UTC
+//! day, the median latency of recent cut-outs, uptime and how long the
+//! model took to load. In memory only: a restart starts them afresh.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How many recent successful cut-outs the median is taken over.
+const LATENCY_WINDOW: usize = 100;
+
+pub struct Stats {
+    started: Instant,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    day: i64,
+    today: Today,
+    latencies: VecDeque<Duration>,
+    model_load: Option<Duration>,
+}
+
+/// Cut-out calls (API and Try it) since 00:00 UTC.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Today {
+    pub calls: u64,
+    pub client_errors: u64,
+    pub server_errors: u64,
+}
+
+impl Default for Stats {
+    fn default() -> Stats {
+        Stats {
+            started: Instant::now(),
+            inner: Mutex::default(),
+        }
+    }
+}
+
+impl Stats {
+    fn lock(&self, now_unix: i64) -> std::sync::MutexGuard<'_, Inner> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let day = now_unix.div_euclid(86_400);
+        if inner.day != day {
+            inner.day = day;
+            inner.today = Today::default();
+        }
+        inner
+    }
+
+    /// Counts one cut-out call that answered `status` after `took`.
+    pub fn record(&self, now_unix: i64, status: u16, took: Duration) {
+        let mut inner = self.lock(now_unix);
+        inner.today.calls += 1;
+        match status {
+            200..=299 => {
+                if inner.latencies.len() == LATENCY_WINDOW {
+                    inner.latencies.pop_front();
+                }
+                inner.latencies.push_back(took);
+            }
+            400..=499 => inner.today.client_errors += 1,
+            _ => inner.today.server_errors += 1,
+        }
+    }
+
+    pub fn today(&self, now_unix: i64) -> Today {
+        self.lock(now_unix).today
+    }
+
+    /// The median over the last 100 successful cut-outs, and how many
+    /// there were.
+    pub fn median_latency(&self) -> (Option<Duration>, usize) {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sorted: Vec<_> = inner.latencies.iter().copied().collect();
+        sorted.sort();
+        let median = match sorted.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(sorted[n / 2]),
+            n => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2),
+        };
+        (median, sorted.len())
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn set_model_load(&self, took: Duration) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .model_load = Some(took);
+    }
+
+    pub fn model_load(&self) -> Option<Duration> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .model_load
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400;
+
+    #[test]
+    fn counts_reset_at_utc_midnight() {
+        let stats = Stats::default();
+        stats.record(DAY + 10, 200, Duration::from_millis(5));
+        stats.record(DAY + 20, 402, Duration::ZERO);
+        stats.record(DAY + 30, 503, Duration::ZERO);
+        assert_eq!(
+            stats.today(2 * DAY - 1),
+            Today {
+                calls: 3,
+                client_errors: 1,
+                server_errors: 1
+            }
+        );
+        assert_eq!(stats.today(2 * DAY), Today::default());
+    }
+
+    #[test]
+    fn the_median_covers_the_last_hundred_successes_only() {
+        let stats = Stats::default();
+        assert_eq!(stats.median_latency(), (None, 0));
+        for ms in 1..=150u64 {
+            stats.record(0, 200, Duration::from_millis(ms));
+        }
+        stats.record(0, 500, Duration::from_secs(100));
+        // the last 100 are 51..=150 ms: median (100 + 101) / 2
+        assert_eq!(
+            stats.median_latency(),
+            (Some(Duration::from_micros(100_500)), 100)
+        );
+    }
+}

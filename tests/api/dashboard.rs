@@ -1,0 +1,603 @@
+//! The dashboard over real sockets: first-start setup, signing in and out,
+//! CSRF, throttling, what each kind of user may see and do, Try it, docs
+//! and status.
+
+use crate::helpers::*;
+use cutout::domain::Month;
+use std::sync::atomic::Ordering;
+
+#[test]
+fn first_start_offers_a_one_time_setup_link_that_sets_the_admin_password() {
+    let app = spawn_app();
+    let token = app.state.dashboard.setup_token().expect("a setup token");
+    let browser = Browser::new(&app);
+    assert_eq!(browser.get("/setup?token=wrong").status, 404);
+
+    let link = format!("/setup?token={token}");
+    let csrf = browser.csrf(&link);
+    let differ = browser.post(
+        "/setup",
+        &[
+            ("csrf", &csrf),
+            ("token", &token),
+            ("password", "long enough 1"),
+            ("confirm", "long enough 2"),
+        ],
+    );
+    assert_eq!(differ.status, 400);
+    assert!(differ.text().contains("The two passwords differ."));
+    let short = browser.post(
+        "/setup",
+        &[
+            ("csrf", &csrf),
+            ("token", &token),
+            ("password", "short"),
+            ("confirm", "short"),
+        ],
+    );
+    assert!(short.text().contains("at least 8 characters"));
+
+    let done = browser.post(
+        "/setup",
+        &[
+            ("csrf", &csrf),
+            ("token", &token),
+            ("password", ADMIN_PASSWORD),
+            ("confirm", ADMIN_PASSWORD),
+        ],
+    );
+    assert_eq!(
+        (done.status, done.header("location")),
+        (303, Some("/admin"))
+    );
+    assert_eq!(
+        browser.get("/admin").status,
+        200,
+        "signed in as the operator"
+    );
+    assert_eq!(
+        Browser::new(&app).get(&link).status,
+        404,
+        "the link works once"
+    );
+    assert!(app.state.dashboard.setup_token().is_none());
+    assert_eq!(
+        Browser::new(&app).sign_in("admin", ADMIN_PASSWORD).status,
+        303
+    );
+}
+
+#[test]
+fn a_set_admin_password_disables_the_setup_link() {
+    let app = spawn_app();
+    let token = app.state.dashboard.setup_token().unwrap();
+    app.set_admin_password(); // as `cutout admin set-password` does, while serving
+    assert_eq!(
+        Browser::new(&app)
+            .get(&format!("/setup?token={token}"))
+            .status,
+        404
+    );
+}
+
+#[test]
+fn session_cookies_are_http_only_same_site_strict_and_secure_behind_tls() {
+    let app = spawn_app();
+    app.set_admin_password();
+    let plain = Browser::new(&app).sign_in("admin", ADMIN_PASSWORD);
+    let cookie = plain
+        .all_headers("set-cookie")
+        .into_iter()
+        .find(|c| c.starts_with("cutout_session="))
+        .unwrap()
+        .to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(!cookie.contains("Secure"));
+
+    let proxied = Browser::new(&app).with_header("X-Forwarded-Proto", "https");
+    let reply = proxied.sign_in("admin", ADMIN_PASSWORD);
+    let cookie = reply
+        .all_headers("set-cookie")
+        .into_iter()
+        .find(|c| c.starts_with("cutout_session="))
+        .unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+}
+
+#[test]
+fn a_wrong_password_and_an_unknown_name_fail_alike() {
+    let app = spawn_app();
+    app.set_admin_password();
+    app.account_with_login("booth", "pro");
+    for (name, password) in [
+        ("admin", "wrong password"),
+        ("booth", "wrong password"),
+        ("nobody", "whatever it is"),
+    ] {
+        let reply = Browser::new(&app).sign_in(name, password);
+        assert_eq!(reply.status, 401, "{name}");
+        assert!(reply.text().contains("Wrong name or password."));
+        assert!(reply
+            .header("set-cookie")
+            .is_none_or(|c| !c.starts_with("cutout_session")));
+    }
+}
+
+#[test]
+fn sign_in_without_the_forms_csrf_cookie_is_refused() {
+    let app = spawn_app();
+    app.set_admin_password();
+    let browser = Browser::new(&app);
+    let csrf = browser.csrf("/login");
+    let stranger = Browser::new(&app); // another site's page posting the form: no cookie
+    let reply = stranger.post(
+        "/login",
+        &[
+            ("csrf", &csrf),
+            ("name", "admin"),
+            ("password", ADMIN_PASSWORD),
+        ],
+    );
+    assert_eq!(reply.status, 403);
+    assert!(stranger.cookie("cutout_session").is_none());
+}
+
+#[test]
+fn sign_in_is_throttled_after_five_failures_for_a_name() {
+    let app = spawn_app();
+    app.set_admin_password();
+    for _ in 0..5 {
+        assert_eq!(
+            Browser::new(&app).sign_in("admin", "guess guess").status,
+            401
+        );
+    }
+    let locked = Browser::new(&app).sign_in("admin", ADMIN_PASSWORD);
+    assert_eq!(locked.status, 429, "even the right password waits");
+    assert!(
+        locked.text().contains("Too many failed sign-ins"),
+        "{}",
+        locked.text()
+    );
+    assert!(locked.text().contains("Try again in 15 minutes"));
+
+    app.now.fetch_add(15 * 60, Ordering::SeqCst);
+    assert_eq!(
+        Browser::new(&app).sign_in("admin", ADMIN_PASSWORD).status,
+        303
+    );
+}
+
+#[test]
+fn signing_out_ends_the_session_on_the_server() {
+    let app = spawn_app();
+    let admin = app.admin();
+    let stolen = admin.cookie("cutout_session").unwrap();
+    let csrf = admin.csrf("/admin");
+    let reply = admin.post("/logout", &[("csrf", &csrf)]);
+    assert_eq!(
+        (reply.status, reply.header("location")),
+        (303, Some("/login?done=signed-out"))
+    );
+    assert!(
+        admin.cookie("cutout_session").is_none(),
+        "the cookie is cleared"
+    );
+
+    let replay = Browser::new(&app);
+    replay.set_cookie("cutout_session", &stolen);
+    assert_eq!(
+        replay.get("/admin").header("location"),
+        Some("/login"),
+        "and the token is dead"
+    );
+}
+
+#[test]
+fn every_post_needs_the_sessions_csrf_token() {
+    let app = spawn_app();
+    let admin = app.admin();
+    let other = Browser::new(&app).sign_in("admin", ADMIN_PASSWORD); // a second session
+    assert_eq!(other.status, 303);
+    let others_token = csrf_in(&Browser::new(&app).get("/login"));
+    for csrf in ["", "0", others_token.as_str()] {
+        let reply = admin.post(
+            "/admin/accounts",
+            &[("csrf", csrf), ("name", "sneaky"), ("plan", "pro")],
+        );
+        assert_eq!(reply.status, 403, "csrf {csrf:?}");
+        assert!(reply.text().contains("This form has expired"));
+    }
+    assert!(app.store.account("sneaky").is_err());
+    assert_eq!(admin.post("/logout", &[]).status, 403);
+    assert_eq!(admin.get("/admin").status, 200, "still signed in");
+
+    app.account_with_login("booth", "pro");
+    let user = app.user("booth");
+    assert_eq!(user.post("/account/keys", &[("label", "x")]).status, 403);
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(64, 48));
+    assert_eq!(user.post_multipart("/try", &form).status, 403);
+    assert_eq!(app.store.keys("booth").unwrap().len(), 1);
+    assert_eq!(app.used("booth"), 0);
+}
+
+#[test]
+fn the_operator_creates_an_account_that_its_user_signs_in_to() {
+    let app = spawn_app();
+    let admin = app.admin();
+    let csrf = admin.csrf("/admin");
+    assert!(admin.get("/admin").text().contains("No accounts yet"));
+
+    let bad = admin.post(
+        "/admin/accounts",
+        &[
+            ("csrf", &csrf),
+            ("name", "has space"),
+            ("plan", "pro"),
+            ("password", ""),
+        ],
+    );
+    assert_eq!(bad.status, 400);
+    assert!(bad.text().contains("Account names are 1 to 64 of"));
+    let weak = admin.post(
+        "/admin/accounts",
+        &[
+            ("csrf", &csrf),
+            ("name", "booth"),
+            ("plan", "pro"),
+            ("password", "short"),
+        ],
+    );
+    assert!(weak.text().contains("Use at least 8 characters."));
+    assert!(app.store.account("booth").is_err(), "nothing half-made");
+
+    let made = admin.post(
+        "/admin/accounts",
+        &[
+            ("csrf", &csrf),
+            ("name", "booth"),
+            ("plan", "pro"),
+            ("password", USER_PASSWORD),
+        ],
+    );
+    assert_eq!(
+        (made.status, made.header("location")),
+        (303, Some("/admin/accounts/booth?done=created"))
+    );
+    let page = admin.get("/admin/accounts/booth?done=created").text();
+    assert!(page.contains("Account created.") && page.contains("Pro"));
+    let again = admin.post(
+        "/admin/accounts",
+        &[
+            ("csrf", &csrf),
+            ("name", "booth"),
+            ("plan", "pro"),
+            ("password", ""),
+        ],
+    );
+    assert!(again
+        .text()
+        .contains("An account named booth already exists."));
+
+    let user = app.user("booth");
+    let home = user.get("/account").text();
+    assert!(
+        home.contains("0 of 500") && home.contains("2026-04-01 00:00 UTC"),
+        "{home}"
+    );
+    assert!(home.contains("You have no active API keys"));
+}
+
+#[test]
+fn the_operator_changes_plans_passwords_and_suspends() {
+    let app = spawn_app();
+    let key = app.account_with_login("booth", "pro");
+    let admin = app.admin();
+    let user = app.user("booth");
+    let csrf = admin.csrf("/admin/accounts/booth");
+
+    let reply = admin.post(
+        "/admin/accounts/booth/plan",
+        &[("csrf", &csrf), ("plan", "business")],
+    );
+    assert_eq!(reply.status, 303);
+    assert_eq!(app.store.account("booth").unwrap().plan.name, "business");
+    let reply = admin.post(
+        "/admin/accounts/booth/plan",
+        &[("csrf", &csrf), ("plan", "platinum")],
+    );
+    assert_eq!(reply.status, 400);
+    assert!(reply.text().contains("Choose one of the listed plans."));
+
+    admin.post(
+        "/admin/accounts/booth/suspension",
+        &[("csrf", &csrf), ("suspended", "true")],
+    );
+    assert!(admin.get("/admin").text().contains("suspended"));
+    let refused = app.post_image(Some(&key), &jpeg(64, 48), None);
+    assert_eq!(
+        (refused.status, refused.error_code().as_str()),
+        (403, "account_suspended")
+    );
+    assert_eq!(
+        user.get("/account").header("location"),
+        Some("/login"),
+        "signed out"
+    );
+    let login = Browser::new(&app).sign_in("booth", USER_PASSWORD);
+    assert_eq!(login.status, 403);
+    assert!(login.text().contains("This account is suspended."));
+
+    admin.post(
+        "/admin/accounts/booth/suspension",
+        &[("csrf", &csrf), ("suspended", "false")],
+    );
+    assert_eq!(app.post_image(Some(&key), &jpeg(64, 48), None).status, 200);
+    let user = app.user("booth");
+
+    let reply = admin.post(
+        "/admin/accounts/booth/password",
+        &[("csrf", &csrf), ("password", "a new password")],
+    );
+    assert_eq!(reply.status, 303);
+    assert_eq!(
+        user.get("/account").header("location"),
+        Some("/login"),
+        "old sessions end"
+    );
+    assert_eq!(
+        Browser::new(&app).sign_in("booth", "a new password").status,
+        303
+    );
+    assert_eq!(
+        Browser::new(&app).sign_in("booth", USER_PASSWORD).status,
+        401
+    );
+}
+
+#[test]
+fn an_account_user_can_never_see_or_touch_another_account() {
+    let app = spawn_app();
+    app.account_with_login("alpha", "pro");
+    let beta_key = app.account_with_login("beta", "pro");
+    let beta_prefix = &beta_key[..12];
+    let alpha = app.user("alpha");
+
+    let home = alpha.get("/account").text();
+    assert!(!home.contains(beta_prefix) && !home.contains("beta"));
+    assert_eq!(
+        alpha
+            .get(&format!("/account/keys/{beta_prefix}/revoke"))
+            .status,
+        404
+    );
+    let csrf = alpha.csrf("/account");
+    let reply = alpha.post(
+        &format!("/account/keys/{beta_prefix}/revoke"),
+        &[("csrf", &csrf)],
+    );
+    assert_eq!(reply.status, 404);
+    assert_eq!(
+        app.post_image(Some(&beta_key), &jpeg(64, 48), None).status,
+        200,
+        "beta's key still works"
+    );
+
+    for path in ["/admin", "/admin/accounts/beta", "/admin/status"] {
+        assert_eq!(alpha.get(path).status, 403, "{path}");
+    }
+    let reply = alpha.post(
+        "/admin/accounts/beta/suspension",
+        &[("csrf", &csrf), ("suspended", "true")],
+    );
+    assert_eq!(reply.status, 403);
+    assert!(!app.store.account("beta").unwrap().suspended);
+
+    let admin = app.admin();
+    assert_eq!(
+        admin.get("/account").status,
+        403,
+        "the operator has no account pages"
+    );
+    assert_eq!(
+        Browser::new(&app).get("/account").header("location"),
+        Some("/login")
+    );
+    assert_eq!(
+        Browser::new(&app).get("/try").header("location"),
+        Some("/login")
+    );
+}
+
+#[test]
+fn a_key_is_shown_once_works_and_stops_working_when_revoked() {
+    let app = spawn_app();
+    app.account_with_login("booth", "pro");
+    let user = app.user("booth");
+    let csrf = user.csrf("/account");
+
+    let made = user.post("/account/keys", &[("csrf", &csrf), ("label", "Booth <2>")]);
+    assert_eq!(made.status, 200);
+    let html = made.text();
+    let at = html.find("value=\"ck_").unwrap();
+    let key = html[at + 7..at + 7 + 43].to_owned();
+    assert!(html.contains("shown only this once") && html.contains("Booth &lt;2&gt;"));
+    assert_eq!(app.post_image(Some(&key), &jpeg(64, 48), None).status, 200);
+    let home = user.get("/account").text();
+    assert!(!home.contains(&key), "never shown again");
+    assert!(home.contains(&key[..12]) && home.contains("1 of 500"));
+
+    let confirm = user.get(&format!("/account/keys/{}/revoke", &key[..12]));
+    assert!(confirm.text().contains("This cannot be undone"));
+    let reply = user.post(
+        &format!("/account/keys/{}/revoke", &key[..12]),
+        &[("csrf", &csrf_in(&confirm))],
+    );
+    assert_eq!(reply.header("location"), Some("/account?done=revoked"));
+    let refused = app.post_image(Some(&key), &jpeg(64, 48), None);
+    assert_eq!(
+        (refused.status, refused.error_code().as_str()),
+        (401, "invalid_api_key")
+    );
+
+    let long = user.post(
+        "/account/keys",
+        &[("csrf", &csrf), ("label", &"x".repeat(65))],
+    );
+    assert_eq!(long.status, 400);
+    assert!(long.text().contains("Use at most 64 characters"));
+}
+
+#[test]
+fn try_it_goes_through_the_pipeline_and_the_quota() {
+    let app = spawn_app();
+    app.account_with_login("booth", "pro");
+    let user = app.user("booth");
+    let csrf = user.csrf("/try");
+    let mut form = Multipart::new();
+    form.text("csrf", &csrf)
+        .file("image_file", &jpeg(120, 80))
+        .text("size", "preview");
+
+    let reply = user.post_multipart("/try", &form);
+    assert_eq!(
+        (reply.status, reply.header("location")),
+        (303, Some("/try")),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(app.used("booth"), 1);
+    let page = user.get("/try").text();
+    assert!(
+        page.contains("/try/result.png?n=") && page.contains("120×80"),
+        "{page}"
+    );
+    let png = user.get("/try/result.png");
+    assert_eq!(png.header("content-type"), Some("image/png"));
+    assert_eq!(png.png().dimensions(), (120, 80));
+    assert_eq!(
+        user.get("/try/original").header("content-type"),
+        Some("image/jpeg")
+    );
+    let download = user.get("/try/result.png?download=1");
+    assert!(download
+        .header("content-disposition")
+        .unwrap()
+        .starts_with("attachment"));
+    assert_eq!(
+        Browser::new(&app).get("/try/result.png").status,
+        303,
+        "not without a session"
+    );
+
+    let mut bad = Multipart::new();
+    bad.text("csrf", &csrf).file("image_file", b"not an image");
+    let refused = user.post_multipart("/try", &bad);
+    assert_eq!(refused.status, 415);
+    assert!(refused.text().contains("must be a JPEG, PNG or WEBP"));
+
+    let month = Month::of_unix(MID_MARCH);
+    app.store.set_usage("booth", month, 500).unwrap();
+    let over = user.post_multipart("/try", &form);
+    assert_eq!(over.status, 402);
+    assert!(over.text().contains("Monthly quota exceeded"));
+    assert_eq!(app.used("booth"), 500);
+}
+
+#[test]
+fn the_docs_list_every_error_and_fill_in_the_users_key_prefix() {
+    let app = spawn_app();
+    let key = app.account_with_login("booth", "pro");
+    let anonymous = Browser::new(&app).get("/docs").text();
+    assert!(anonymous.contains("YOUR_API_KEY"));
+    for error in cutout::error::REMOVE_BG_ERRORS {
+        assert!(anonymous.contains(error.code), "{}", error.code);
+    }
+    let page = app.user("booth").get("/docs").text();
+    assert!(
+        page.contains(&format!("{}…", &key[..12])),
+        "prefix filled in"
+    );
+    assert!(page.contains("curl") && page.contains("import requests") && page.contains("fetch("));
+    assert!(
+        page.contains("http://test/api/remove-bg"),
+        "the host the reader used"
+    );
+}
+
+#[test]
+fn the_status_page_shows_the_appliance() {
+    let thermal = tempfile::tempdir().unwrap();
+    let zone = thermal.path().join("thermal_zone0");
+    std::fs::create_dir(&zone).unwrap();
+    std::fs::write(zone.join("type"), "cpu-thermal\n").unwrap();
+    std::fs::write(zone.join("temp"), "48312\n").unwrap();
+    let dir = thermal.path().to_owned();
+    let app = spawn_app_with(cutout::EngineSource::Ready(u2netp()), |s| {
+        s.thermal_dir = dir
+    });
+    let key = app.account("booth", "pro");
+    assert_eq!(app.post_image(Some(&key), &jpeg(64, 48), None).status, 200);
+    assert_eq!(app.post_image(Some(&key), b"junk", None).status, 415);
+
+    let page = app.admin().get("/admin/status").text();
+    for expected in [
+        "u2netp",
+        "tract-onnx",
+        "48.3 °C",
+        "over the last 1 cut-outs",
+        "writable",
+        "the appliance is idle",
+        env!("CARGO_PKG_VERSION"),
+    ] {
+        assert!(page.contains(expected), "{expected} in {page}");
+    }
+    assert!(page.contains("<dd>2</dd>"), "two calls today: {page}");
+    assert!(page.contains("1 refused as bad requests"));
+}
+
+#[test]
+fn every_page_forbids_framing_and_foreign_content() {
+    let app = spawn_app();
+    for path in [
+        "/login",
+        "/docs",
+        "/assets/style.css",
+        "/api/openapi.json",
+        "/healthz",
+    ] {
+        let reply = Browser::new(&app).get(path);
+        assert_eq!(reply.status, 200, "{path}");
+        let csp = reply.header("content-security-policy").unwrap();
+        assert!(csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"));
+        assert!(
+            !csp.contains("http") && !csp.contains('*'),
+            "same origin only: {csp}"
+        );
+        assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
+    }
+    let html = Browser::new(&app).get("/login").text();
+    assert!(
+        !html.contains("<script>") && !html.contains("style="),
+        "no inline code"
+    );
+}
+
+#[test]
+fn people_get_a_not_found_page_and_programs_json() {
+    let app = spawn_app();
+    let page = Browser::new(&app).get("/nowhere");
+    assert_eq!(page.status, 404);
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+    assert_eq!(
+        app.request("GET", "/nowhere", &[], b"").error_code(),
+        "not_found"
+    );
+}
