@@ -167,3 +167,57 @@ fn serve_demo_prints_a_working_key_and_sigterm_stops_it_cleanly() {
     assert!(killed.success());
     assert_eq!(server.wait().unwrap().code(), Some(0));
 }
+
+fn set_password(data: &std::path::Path, stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(["admin", "set-password"])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn admin_set_password_reads_the_password_from_stdin_and_stores_only_a_hash() {
+    let data = tempfile::tempdir().unwrap();
+    let refused = set_password(data.path(), "short\n");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("at least 8 characters"));
+    assert_eq!(set_password(data.path(), "").status.code(), Some(1));
+
+    assert!(set_password(data.path(), "a fine password\n")
+        .status
+        .success());
+    let store = cutout::store::Store::open(data.path()).unwrap();
+    let hash = store.admin_password_hash().unwrap().unwrap();
+    assert!(hash.starts_with("$argon2id$"));
+    assert!(cutout::secrets::verify_password(
+        "a fine password",
+        Some(&hash)
+    ));
+    let db = std::fs::read(data.path().join("cutout.db")).unwrap();
+    assert!(!db.windows(15).any(|w| w == b"a fine password"));
+}
+
+#[test]
+fn an_account_may_not_take_the_operators_login_name() {
+    let data = tempfile::tempdir().unwrap();
+    let reply = cutout(
+        data.path(),
+        &["account", "create", "admin", "--plan", "pro"],
+    );
+    assert_eq!(reply.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&reply.stderr).contains("may not be \"admin\""));
+}

@@ -171,7 +171,7 @@ fn until_the_model_is_loaded_calls_get_503_with_retry_after() {
     assert_eq!(app.used("acme"), 0);
 }
 
-struct FailingEngine;
+pub struct FailingEngine;
 
 impl Engine for FailingEngine {
     fn name(&self) -> &'static str {
@@ -198,7 +198,7 @@ fn an_engine_failure_is_an_opaque_500_that_costs_nothing() {
 
 /// A PNG whose header declares `w`×`h` and whose data is a few bytes: it
 /// must be refused from the header, before any pixel buffer exists.
-fn png_header_only(w: u32, h: u32) -> Vec<u8> {
+pub fn png_header_only(w: u32, h: u32) -> Vec<u8> {
     fn chunk(out: &mut Vec<u8>, kind: &[u8], data: &[u8]) {
         out.extend_from_slice(&(data.len() as u32).to_be_bytes());
         let start = out.len();

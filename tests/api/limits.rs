@@ -87,7 +87,7 @@ fn a_used_up_month_is_402_until_the_next_utc_month_begins() {
     );
 }
 
-fn gated_app(tweak: impl FnOnce(&mut cutout::config::Settings)) -> (Arc<TestApp>, Arc<Gate>) {
+pub fn gated_app(tweak: impl FnOnce(&mut cutout::config::Settings)) -> (Arc<TestApp>, Arc<Gate>) {
     let gate = Arc::new(Gate::default());
     let app = spawn_app_with(
         EngineSource::Ready(Arc::new(GatedEngine(gate.clone()))),
@@ -96,7 +96,11 @@ fn gated_app(tweak: impl FnOnce(&mut cutout::config::Settings)) -> (Arc<TestApp>
     (Arc::new(app), gate)
 }
 
-fn send_in_background(app: &Arc<TestApp>, key: &str, n: usize) -> Vec<thread::JoinHandle<Reply>> {
+pub fn send_in_background(
+    app: &Arc<TestApp>,
+    key: &str,
+    n: usize,
+) -> Vec<thread::JoinHandle<Reply>> {
     (0..n)
         .map(|_| {
             let (app, key) = (app.clone(), key.to_owned());

@@ -8,5 +8,6 @@ mod errors;
 mod formats;
 mod limits;
 mod model;
+mod openapi;
 mod shutdown;
 mod sizes;
