@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: run test models build lint clean
+.PHONY: run test models build lint e2e clean
 
 CARGO ?= cargo
 
@@ -20,6 +20,14 @@ lint:
 
 test: models lint
 	$(CARGO) test
+	$(MAKE) e2e
+
+# The dashboard in headless Chromium (Debian's `chromium`); screenshots of
+# every page land in target/e2e-artifacts.
+e2e: models
+	$(CARGO) build
+	cd tests/e2e && npm ci --no-audit --no-fund
+	node tests/e2e/dashboard.mjs target/debug/cutout
 
 clean:
 	$(CARGO) clean

@@ -50,12 +50,13 @@ impl Stats {
         inner
     }
 
-    /// Counts one cut-out call that answered `status` after `took`.
+    /// Counts one cut-out call that answered `status` after `took`. Try it
+    /// answers a success with a redirect to its result.
     pub fn record(&self, now_unix: i64, status: u16, took: Duration) {
         let mut inner = self.lock(now_unix);
         inner.today.calls += 1;
         match status {
-            200..=299 => {
+            200..=399 => {
                 if inner.latencies.len() == LATENCY_WINDOW {
                     inner.latencies.pop_front();
                 }
@@ -113,12 +114,14 @@ mod tests {
     fn counts_reset_at_utc_midnight() {
         let stats = Stats::default();
         stats.record(DAY + 10, 200, Duration::from_millis(5));
+        stats.record(DAY + 15, 303, Duration::from_millis(5));
         stats.record(DAY + 20, 402, Duration::ZERO);
         stats.record(DAY + 30, 503, Duration::ZERO);
+        assert_eq!(stats.median_latency(), (Some(Duration::from_millis(5)), 2));
         assert_eq!(
             stats.today(2 * DAY - 1),
             Today {
-                calls: 3,
+                calls: 4,
                 client_errors: 1,
                 server_errors: 1
             }

@@ -40,15 +40,15 @@ pub fn account_home(
             }
             @if !keys.is_empty() {
                 div.scroll {
-                    table {
+                    table.stack {
                         thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { "" } } }
                         tbody {
                             @for key in keys {
                                 tr.revoked[key.revoked_at.is_some()] {
-                                    td { code { (key.prefix) "…" } }
-                                    td { (key.label) }
-                                    td { (day(key.created_at)) }
-                                    td { (date_or(key.last_used_at, "never")) }
+                                    td data-label="Prefix" { code { (key.prefix) "…" } }
+                                    td data-label="Label" { (key.label) }
+                                    td data-label="Created" { (day(key.created_at)) }
+                                    td data-label="Last used" { (date_or(key.last_used_at, "never")) }
                                     td {
                                         @match key.revoked_at {
                                             Some(t) => { "revoked " (day(t)) }

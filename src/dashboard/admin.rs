@@ -64,7 +64,7 @@ pub fn admin_accounts(
                     autocapitalize="none" pattern="[A-Za-z0-9._\\-]+" aria-describedby="name-error";
                 (field_error("name-error", form.name_error.as_deref()))
                 label for="plan" { "Plan" }
-                (plan_select(plans, &form.plan))
+                (plan_select(plans, if form.plan.is_empty() { "pro" } else { &form.plan }))
                 label for="password" { "Password for its user (optional; you can set it later)" }
                 input #password type="password" name="password" autocomplete="new-password"
                     aria-describedby="password-error";
@@ -171,16 +171,16 @@ pub fn admin_account(
 fn key_table(keys: &[KeyRecord]) -> Markup {
     html! {
         div.scroll {
-            table {
+            table.stack {
                 thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { "Status" } } }
                 tbody {
                     @for key in keys {
                         tr.revoked[key.revoked_at.is_some()] {
-                            td { code { (key.prefix) "…" } }
-                            td { (key.label) }
-                            td { (day(key.created_at)) }
-                            td { (date_or(key.last_used_at, "never")) }
-                            td { (key.revoked_at.map_or("active".to_owned(), |t| format!("revoked {}", day(t)))) }
+                            td data-label="Prefix" { code { (key.prefix) "…" } }
+                            td data-label="Label" { (key.label) }
+                            td data-label="Created" { (day(key.created_at)) }
+                            td data-label="Last used" { (date_or(key.last_used_at, "never")) }
+                            td data-label="Status" { (key.revoked_at.map_or("active".to_owned(), |t| format!("revoked {}", day(t)))) }
                         }
                     }
                 }

@@ -104,7 +104,7 @@ fn field_error(id: &str, error: Option<&str>) -> Markup {
     }
 }
 
-pub fn login_page(csrf: &str, name: &str, error: Option<&str>) -> Markup {
+pub fn login_page(csrf: &str, name: &str, error: Option<&str>, flash: Option<&str>) -> Markup {
     let body = html! {
         form.card method="post" action="/login" {
             (csrf_field(csrf))
@@ -119,7 +119,7 @@ pub fn login_page(csrf: &str, name: &str, error: Option<&str>) -> Markup {
             p.hint { "The operator signs in as " code { "admin" } ". Account users sign in with the account name and the password the operator gave them." }
         }
     };
-    page("Sign in", &Nav::Anonymous, None, body)
+    page("Sign in", &Nav::Anonymous, flash, body)
 }
 
 pub fn setup_page(token: &str, csrf: &str, error: Option<&str>) -> Markup {
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn what_users_typed_is_escaped() {
-        let html = login_page("t", "<script>alert(1)</script>\"", Some("<b>")).into_string();
+        let html = login_page("t", "<script>alert(1)</script>\"", Some("<b>"), None).into_string();
         assert!(!html.contains("<script>alert"));
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;"));
         assert!(html.contains("&lt;b&gt;"));

@@ -227,7 +227,12 @@ fn flash(request: &Request) -> Option<&'static str> {
 
 fn login_form(request: &Request, name: &str, error: Option<&str>, status: u16) -> Body {
     let (csrf, set) = form_token(request);
-    let mut page = html(status, view::login_page(&csrf, name, error));
+    let flash = if error.is_none() {
+        flash(request)
+    } else {
+        None
+    };
+    let mut page = html(status, view::login_page(&csrf, name, error, flash));
     if let Some(set) = set {
         page.add_header(set);
     }

@@ -1,0 +1,243 @@
+// The dashboard end to end, as the operator and a booth owner use it, in
+// headless Chromium. Starts the real binary on a free port with a fresh
+// data directory and the smallest real model, then walks the whole story:
+// setup link -> admin -> account + user -> key -> API call -> usage ->
+// Try it -> docs -> revoke -> 401. A screenshot of every page goes to
+// $E2E_ARTIFACTS (default target/e2e-artifacts).
+//
+// Usage: node tests/e2e/dashboard.mjs [path/to/cutout]
+
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import assert from "node:assert/strict";
+import { chromium } from "playwright-core";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+const binary = process.argv[2] ?? path.join(root, "target/debug/cutout");
+const artifacts = process.env.E2E_ARTIFACTS ?? path.join(root, "target/e2e-artifacts");
+const photoPath = path.join(root, "../shared/eval/dev/grabcut/images/106024.jpg");
+const photo = readFileSync(photoPath);
+const adminPassword = "operator's long password";
+const userPassword = "booth owner's password";
+
+mkdirSync(artifacts, { recursive: true });
+const dataDir = mkdtempSync(path.join(tmpdir(), "cutout-e2e-"));
+
+/** Starts `cutout serve` and resolves with its address and the setup link. */
+function startServer() {
+  const server = spawn(binary, ["--data-dir", dataDir, "--models-dir", path.join(root, "models"),
+    "serve", "--listen", "127.0.0.1:0", "--model", "u2netp"], { env: { ...process.env, RUST_LOG: "info" } });
+  let log = "";
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 60_000);
+    server.on("exit", (code) => reject(new Error(`server exited ${code}:\n${log}`)));
+    server.stderr.on("data", (chunk) => {
+      log += chunk;
+      const setup = log.match(/(http:\/\/127\.0\.0\.1:\d+\/setup\?token=[0-9a-f]{64})/);
+      const listening = log.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      if (setup && listening) {
+        clearTimeout(timer);
+        resolve({ server, base: listening[1], setupLink: setup[1], log: () => log });
+      }
+    });
+  });
+}
+
+async function waitUntilReady(base) {
+  for (let i = 0; i < 600; i++) {
+    const reply = await fetch(`${base}/readyz`).catch(() => null);
+    if (reply?.ok) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("the model never became ready");
+}
+
+async function callApi(base, key) {
+  const form = new FormData();
+  form.append("image_file", new Blob([photo], { type: "image/jpeg" }), "photo.jpg");
+  form.append("size", "preview");
+  return fetch(`${base}/api/remove-bg`, { method: "POST", headers: { "X-Api-Key": key }, body: form });
+}
+
+const { server, base, setupLink, log } = await startServer();
+let browser;
+let step = 0;
+const problems = [];
+try {
+  await waitUntilReady(base);
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+  });
+  const context = await browser.newContext({ viewport: { width: 1100, height: 800 }, acceptDownloads: true });
+  const page = await context.newPage();
+  // A CSP violation, a failed asset or a script error shows up here. A
+  // page answered 4xx on purpose (a form error) is not a problem; Chromium
+  // logs every such answer as "Failed to load resource", so failed loads
+  // are judged from the responses instead.
+  page.on("console", (m) => {
+    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) problems.push(`console: ${m.text()}`);
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("response", (r) => {
+    const isPage = r.request().resourceType() === "document";
+    if (r.status() >= 500 || (!isPage && r.status() >= 400)) problems.push(`${r.status()} for ${r.url()}`);
+  });
+
+  const shot = async (name, p = page) => {
+    step += 1;
+    await p.screenshot({ path: path.join(artifacts, `${String(step).padStart(2, "0")}-${name}.png`), fullPage: true });
+  };
+  const text = async () => page.locator("main").innerText();
+
+  // The operator opens the one-time setup link from the log.
+  await page.goto(setupLink);
+  await shot("setup");
+  await page.fill("#password", "long enough 1");
+  await page.fill("#confirm", "long enough 2");
+  await page.click("button[type=submit]");
+  assert.match(await page.locator(".field-error").innerText(), /The two passwords differ/);
+  await shot("setup-passwords-differ");
+  await page.fill("#password", adminPassword);
+  await page.fill("#confirm", adminPassword);
+  await page.click("button[type=submit]");
+  await page.waitForURL(`${base}/admin`);
+  assert.match(await text(), /No accounts yet/);
+  await shot("admin-no-accounts");
+
+  // ... creates an account with a password for its user.
+  await page.fill("#name", "photo-booth");
+  await page.selectOption("#plan", "pro");
+  await page.fill("#password", userPassword);
+  await page.click("form[action='/admin/accounts'] button[type=submit]");
+  await page.waitForURL(`${base}/admin/accounts/photo-booth?done=created`);
+  assert.match(await text(), /Account created/);
+  assert.match(await text(), /0 of 500/);
+  await shot("admin-account-created");
+  await page.click("text=Sign out");
+  await page.waitForURL(/\/login/);
+  assert.match(await text(), /You are signed out/);
+
+  // A wrong password is said so, next to the form.
+  await page.fill("#name", "photo-booth");
+  await page.fill("#password", "not the password");
+  await page.click("button[type=submit]");
+  assert.match(await page.locator(".field-error").innerText(), /Wrong name or password/);
+  await shot("login-wrong-password");
+
+  // The booth owner signs in and makes a key.
+  await page.fill("#name", "photo-booth");
+  await page.fill("#password", userPassword);
+  await page.click("button[type=submit]");
+  await page.waitForURL(`${base}/account`);
+  assert.match(await text(), /You have no active API keys/);
+  await shot("account-no-keys");
+  await page.fill("#label", "Booth 1 <front door>");
+  await page.click("form[action='/account/keys'] button[type=submit]");
+  const key = await page.inputValue("#new-key");
+  assert.match(key, /^ck_[0-9a-f]{40}$/);
+  assert.match(await text(), /Booth 1 <front door>/, "the label is shown as text, escaped");
+  await page.click("button[data-copy=new-key]");
+  await page.waitForFunction(() => document.querySelector("button[data-copy=new-key]").textContent === "Copied");
+  await shot("account-new-key");
+
+  // The key works against the API, and the account page counts it.
+  const reply = await callApi(base, key);
+  assert.equal(reply.status, 200);
+  assert.equal(reply.headers.get("content-type"), "image/png");
+  assert.equal(reply.headers.get("x-ratelimit-remaining"), "499");
+  await page.goto(`${base}/account`);
+  assert.match(await text(), /1 of 500/);
+  assert.ok(!(await page.content()).includes(key), "the key is never shown again");
+  await shot("account-usage-1");
+
+  // Try it: drop a photo on the drop zone, send it, see the result.
+  await page.click("text=Try it");
+  await page.waitForURL(`${base}/try`);
+  const dropped = await page.evaluateHandle((bytes) => {
+    const transfer = new DataTransfer();
+    transfer.items.add(new File([new Uint8Array(bytes)], "dropped.jpg", { type: "image/jpeg" }));
+    return transfer;
+  }, [...photo]);
+  await page.dispatchEvent(".dropzone", "drop", { dataTransfer: dropped });
+  assert.equal(await page.locator(".dropzone .filename").innerText(), "dropped.jpg");
+  await shot("try-dropped");
+  await page.click("#try-form button[type=submit]");
+  await page.waitForSelector("#cutout");
+  const size = await page.locator("#cutout").evaluate(async (img) => {
+    await img.decode();
+    return [img.naturalWidth, img.naturalHeight];
+  });
+  assert.ok(size[0] > 0 && size[1] > 0, `the cut-out loads: ${size}`);
+  assert.match(await text(), /498 left this month/);
+  await shot("try-result");
+  const [download] = await Promise.all([page.waitForEvent("download"), page.click("text=Download PNG")]);
+  assert.equal(download.suggestedFilename(), "cutout.png");
+  const saved = path.join(artifacts, "try-download.png");
+  await download.saveAs(saved);
+  assert.deepEqual([...readFileSync(saved).subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+  // A bad file is explained next to the form, and costs nothing.
+  await page.setInputFiles("#image_file", { name: "notes.txt", mimeType: "image/jpeg", buffer: Buffer.from("not a photo") });
+  await page.click("#try-form button[type=submit]");
+  assert.match(await page.locator(".field-error").innerText(), /must be a JPEG, PNG or WEBP/);
+  await shot("try-bad-file");
+
+  // The docs carry the user's key prefix.
+  await page.click("text=API docs");
+  assert.ok((await text()).includes(`${key.slice(0, 12)}…`));
+  assert.match(await text(), /too_many_concurrent_requests/);
+  await page.click("button[data-copy=example-curl]");
+  await shot("docs");
+
+  // Revoke the key, with confirmation; the API refuses it from then on.
+  await page.goto(`${base}/account`);
+  assert.match(await text(), /2 of 500/);
+  await page.click("text=Revoke");
+  assert.match(await text(), /This cannot be undone/);
+  await shot("revoke-confirm");
+  await page.click("button:has-text('Revoke key')");
+  await page.waitForURL(`${base}/account?done=revoked`);
+  assert.match(await text(), /Key revoked/);
+  await shot("account-key-revoked");
+  const refused = await callApi(base, key);
+  assert.equal(refused.status, 401);
+  assert.equal((await refused.json()).errors[0].code, "invalid_api_key");
+
+  // On a phone.
+  const phone = await browser.newPage({ viewport: { width: 390, height: 844 }, isMobile: true });
+  await phone.context().addCookies(await context.cookies());
+  await phone.goto(`${base}/account`);
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);
+  assert.ok(!overflow, "no sideways scrolling on a phone");
+  await shot("phone-account", phone);
+  await phone.goto(`${base}/try`);
+  await shot("phone-try", phone);
+  await phone.close();
+
+  // The operator sees the usage and the status.
+  await page.click("text=Sign out");
+  await page.fill("#name", "admin");
+  await page.fill("#password", adminPassword);
+  await page.click("button[type=submit]");
+  await page.waitForURL(`${base}/admin`);
+  assert.match(await page.locator("tbody tr").first().innerText(), /photo-booth\s+Pro\s+2\s+500/);
+  await shot("admin-accounts");
+  await page.click("text=Status");
+  assert.match(await text(), /u2netp/);
+  assert.match(await text(), /tract-onnx/);
+  await shot("admin-status");
+
+  assert.deepEqual(problems, [], "no console errors, CSP violations or server errors");
+  console.log(`e2e: all steps passed; ${step} screenshots in ${artifacts}`);
+} catch (error) {
+  console.error(`e2e failed after step ${step}: ${error.stack}\n--- problems ---\n${problems.join("\n")}\n--- server log ---\n${log()}`);
+  process.exitCode = 1;
+} finally {
+  await browser?.close();
+  server.kill("SIGTERM");
+  rmSync(dataDir, { recursive: true, force: true });
+}
