@@ -4,7 +4,16 @@
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use sha2::{Digest, Sha256};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// One argon2 computation at a time: each takes 19 MiB, and a burst of
+/// sign-ins on every HTTP worker at once would otherwise need well over a
+/// gigabyte, more than a small board has. Waiting costs a sign-in a few
+/// tens of milliseconds per request ahead of it.
+fn hashing_turn() -> MutexGuard<'static, ()> {
+    static HASHING: Mutex<()> = Mutex::new(());
+    HASHING.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -48,6 +57,7 @@ pub fn hash_password(password: &str) -> String {
     let mut salt = [0u8; 16];
     getrandom::fill(&mut salt).expect("the OS random number generator failed");
     let salt = SaltString::encode_b64(&salt).expect("16 bytes is a valid salt");
+    let _turn = hashing_turn();
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .expect("argon2 with default parameters cannot fail")
@@ -64,6 +74,7 @@ pub fn verify_password(password: &str, hash: Option<&str>) -> bool {
     let Ok(parsed) = PasswordHash::new(hash) else {
         return false;
     };
+    let _turn = hashing_turn();
     Argon2::default()
         .verify_password(password.as_bytes(), &parsed)
         .is_ok()

@@ -134,9 +134,9 @@ pub fn try_page(
             }
             label for="size" { "Size" }
             select #size name="size" {
-                option value="auto" selected { "auto: the photo's size, up to 25 megapixels" }
-                option value="preview" { "preview: up to 0.25 megapixels" }
-                option value="full" { "full: the photo's size, refused above 25 megapixels" }
+                option value="auto" selected { "auto: photo's size, at most 25 MP" }
+                option value="preview" { "preview: at most 0.25 MP" }
+                option value="full" { "full: photo's size, refused above 25 MP" }
             }
             (field_error("try-error", error))
             button type="submit" { "Remove background" }

@@ -64,7 +64,7 @@ pub fn page(title: &str, nav: &Nav, flash: Option<&str>, body: Markup) -> Markup
                                 a href="/account" { "Account" }
                                 a href="/try" { "Try it" }
                                 a href="/docs" { "API docs" }
-                                span.who { (account) }
+                                @if !account.is_empty() { span.who { (account) } }
                                 (sign_out(csrf))
                             }
                         }
