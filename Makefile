@@ -24,8 +24,10 @@ test: models lint
 
 # The dashboard in headless Chromium (Debian's `chromium`); screenshots of
 # every page land in target/e2e-artifacts.
+# `cargo test --no-run` builds the same binary the API tests run (with the
+# test build's features), so no second build of the dependencies.
 e2e: models
-	$(CARGO) build
+	$(CARGO) test --no-run
 	cd tests/e2e && npm ci --no-audit --no-fund
 	node tests/e2e/dashboard.mjs target/debug/cutout
 

@@ -1,9 +1,20 @@
-//! What the server is started with. `main` fills it from the command line
-//! and `CUTOUT_*` variables; tests build it directly.
+//! What the server is started with, and where it comes from. Three layers,
+//! highest first: the command line, `CUTOUT_*` environment variables, the
+//! configuration file (`/etc/cutout/cutout.toml` when present, or
+//! `--config`). Each layer is a `Config` with every field optional; the
+//! merged result becomes `Settings`, the defaults filling what no layer
+//! set. An unknown key in the file is an error that names its line; an
+//! unknown `CUTOUT_*` variable is an error that names the variable. Tests
+//! build `Settings` directly.
 
 use crate::clock::Clock;
-use std::path::PathBuf;
+use crate::led::LedConfig;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The file read when `--config` is not given, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/cutout/cutout.toml";
 
 #[derive(Clone)]
 pub struct Settings {
@@ -26,23 +37,288 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Where Linux reports temperatures (the status page's CPU temperature).
     pub thermal_dir: PathBuf,
+    pub led: LedConfig,
     pub clock: Clock,
 }
 
+/// HTTP workers beyond those a full queue keeps busy: they answer the
+/// dashboard, health checks and refusals while the queue is full.
+const SPARE_HTTP_WORKERS: usize = 8;
+
 impl Default for Settings {
     fn default() -> Settings {
-        Settings {
-            data_dir: "./data".into(),
-            models_dir: "./models".into(),
-            listen: "127.0.0.1:8080".into(),
-            model: None,
-            http_workers: 64 + 1 + 1 + 8,
-            inference_workers: 1,
-            queue_capacity: 64,
-            socket_timeout: Duration::from_secs(30),
-            shutdown_grace: Duration::from_secs(60),
-            thermal_dir: "/sys/class/thermal".into(),
-            clock: Clock::default(),
+        Settings::from_config(Config::default()).expect("the defaults are valid")
+    }
+}
+
+/// One layer of configuration, as the file spells it.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub models_dir: Option<PathBuf>,
+    pub model: Option<String>,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub led: LedConfig,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub queue_capacity: Option<usize>,
+    pub inference_workers: Option<usize>,
+    pub socket_timeout_secs: Option<u64>,
+    pub shutdown_grace_secs: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {0}: {1}")]
+    Read(PathBuf, #[source] std::io::Error),
+    #[error("{0}: {1}")]
+    File(PathBuf, String),
+    #[error("environment variable {0}: {1}")]
+    Env(String, String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Parses the file's text. Errors carry the line and column.
+    pub fn parse_str(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())
+    }
+
+    /// Reads `path`; with `required` false a missing file is an empty layer.
+    pub fn read(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse_str(&text).map_err(|e| ConfigError::File(path.to_owned(), e)),
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(Config::default())
+            }
+            Err(e) => Err(ConfigError::Read(path.to_owned(), e)),
         }
+    }
+
+    /// The layer made of `CUTOUT_*` variables: `CUTOUT_LISTEN` is `listen`,
+    /// `CUTOUT_SERVER_QUEUE_CAPACITY` is `queue_capacity` in `[server]`.
+    /// `skip` names variables that are not settings (`CUTOUT_CONFIG`).
+    pub fn from_env(
+        vars: impl IntoIterator<Item = (String, String)>,
+        skip: &[&str],
+    ) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        for (name, raw) in vars {
+            let Some(key) = name.strip_prefix("CUTOUT_") else {
+                continue;
+            };
+            if skip.contains(&name.as_str()) {
+                continue;
+            }
+            let key = key.to_ascii_lowercase();
+            let mut table = toml::Table::new();
+            match SECTIONS
+                .iter()
+                .find_map(|s| Some((*s, key.strip_prefix(&format!("{s}_"))?)))
+            {
+                Some((section, key)) => {
+                    let mut inner = toml::Table::new();
+                    inner.insert(key.to_owned(), env_value(&raw));
+                    table.insert(section.to_owned(), toml::Value::Table(inner));
+                }
+                None => {
+                    table.insert(key, env_value(&raw));
+                }
+            }
+            // One variable at a time, so that an error names it.
+            let single = Config::deserialize(table)
+                .map_err(|e| ConfigError::Env(name.clone(), e.message().to_owned()))?;
+            config = single.over(config);
+        }
+        Ok(config)
+    }
+
+    /// `self` over `lower`: each field is `self`'s if set, else `lower`'s.
+    pub fn over(self, lower: Config) -> Config {
+        Config {
+            listen: self.listen.or(lower.listen),
+            data_dir: self.data_dir.or(lower.data_dir),
+            models_dir: self.models_dir.or(lower.models_dir),
+            model: self.model.or(lower.model),
+            server: ServerConfig {
+                queue_capacity: self.server.queue_capacity.or(lower.server.queue_capacity),
+                inference_workers: self
+                    .server
+                    .inference_workers
+                    .or(lower.server.inference_workers),
+                socket_timeout_secs: self
+                    .server
+                    .socket_timeout_secs
+                    .or(lower.server.socket_timeout_secs),
+                shutdown_grace_secs: self
+                    .server
+                    .shutdown_grace_secs
+                    .or(lower.server.shutdown_grace_secs),
+            },
+            led: self.led.over(lower.led),
+        }
+    }
+}
+
+/// The file's tables; an environment variable starting with one of these
+/// (and `_`) names a key in it.
+const SECTIONS: &[&str] = &["server", "led"];
+
+/// An environment value as TOML if it reads as a number or boolean, else
+/// as a string (so `CUTOUT_LISTEN=0.0.0.0:8080` needs no quotes).
+fn env_value(raw: &str) -> toml::Value {
+    if let Ok(n) = raw.parse::<i64>() {
+        return toml::Value::Integer(n);
+    }
+    match raw {
+        "true" => toml::Value::Boolean(true),
+        "false" => toml::Value::Boolean(false),
+        _ => toml::Value::String(raw.to_owned()),
+    }
+}
+
+impl Settings {
+    pub fn from_config(config: Config) -> Result<Settings, ConfigError> {
+        let server = config.server;
+        let queue_capacity = server.queue_capacity.unwrap_or(64);
+        let inference_workers = server.inference_workers.unwrap_or(1);
+        if inference_workers == 0 {
+            return Err(ConfigError::Invalid(
+                "server.inference_workers must be at least 1".into(),
+            ));
+        }
+        let seconds = |value: Option<u64>, default: u64, name: &str| match value.unwrap_or(default)
+        {
+            0 => Err(ConfigError::Invalid(format!(
+                "server.{name} must be at least 1"
+            ))),
+            s => Ok(Duration::from_secs(s)),
+        };
+        Ok(Settings {
+            data_dir: config.data_dir.unwrap_or_else(|| "./data".into()),
+            models_dir: config.models_dir.unwrap_or_else(|| "./models".into()),
+            listen: config.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
+            model: config.model,
+            http_workers: queue_capacity + inference_workers + 1 + SPARE_HTTP_WORKERS,
+            inference_workers,
+            queue_capacity,
+            socket_timeout: seconds(server.socket_timeout_secs, 30, "socket_timeout_secs")?,
+            shutdown_grace: seconds(server.shutdown_grace_secs, 60, "shutdown_grace_secs")?,
+            thermal_dir: "/sys/class/thermal".into(),
+            led: config.led,
+            clock: Clock::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let vars = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Config::from_env(vars, &["CUTOUT_CONFIG"])
+    }
+
+    #[test]
+    fn the_command_line_beats_the_environment_which_beats_the_file() {
+        let file = Config::parse_str(
+            "listen = \"0.0.0.0:80\"\nmodel = \"modnet\"\ndata_dir = \"/var/lib/cutout\"\n[server]\nqueue_capacity = 8\n",
+        )
+        .unwrap();
+        let environment = env(&[
+            ("CUTOUT_MODEL", "u2netp"),
+            ("CUTOUT_LISTEN", "0.0.0.0:81"),
+            ("CUTOUT_LED_IDLE", "dim"),
+            ("HOME", "/root"),
+        ])
+        .unwrap();
+        let command_line = Config {
+            listen: Some("127.0.0.1:82".into()),
+            ..Config::default()
+        };
+        let settings = Settings::from_config(command_line.over(environment.over(file))).unwrap();
+        assert_eq!(settings.listen, "127.0.0.1:82");
+        assert_eq!(settings.model.as_deref(), Some("u2netp"));
+        assert_eq!(settings.data_dir, PathBuf::from("/var/lib/cutout"));
+        assert_eq!(settings.queue_capacity, 8);
+        assert_eq!(settings.http_workers, 8 + 1 + 1 + SPARE_HTTP_WORKERS);
+        assert_eq!(
+            settings.models_dir,
+            PathBuf::from("./models"),
+            "the default"
+        );
+        assert_eq!(settings.led.idle, Some(crate::led::Level::Dim));
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_file_is_an_error_with_its_line() {
+        let error = Config::parse_str(
+            "listen = \"x\"\n\n[server]\nqueue_capacity = 1\nqueue_capcity = 2\n",
+        )
+        .unwrap_err();
+        assert!(error.contains("line 5"), "{error}");
+        assert!(error.contains("unknown field `queue_capcity`"), "{error}");
+        let error = Config::parse_str("modle = \"isnet\"\n").unwrap_err();
+        assert!(error.contains("line 1"), "{error}");
+        let error = Config::parse_str("[server]\nqueue_capacity = \"many\"\n").unwrap_err();
+        assert!(error.contains("line 2"), "{error}");
+    }
+
+    #[test]
+    fn environment_variables_map_to_keys_and_unknown_ones_are_named() {
+        let config = env(&[
+            ("CUTOUT_SERVER_SOCKET_TIMEOUT_SECS", "5"),
+            ("CUTOUT_CONFIG", "/x.toml"),
+        ])
+        .unwrap();
+        assert_eq!(config.server.socket_timeout_secs, Some(5));
+        let error = env(&[("CUTOUT_LISTN", "x")]).unwrap_err().to_string();
+        assert!(error.contains("CUTOUT_LISTN"), "{error}");
+        let error = env(&[("CUTOUT_SERVER_QUEUE_CAPACITY", "lots")])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("CUTOUT_SERVER_QUEUE_CAPACITY"), "{error}");
+    }
+
+    #[test]
+    fn a_missing_default_file_is_empty_and_a_missing_named_one_is_an_error() {
+        let nowhere = Path::new("/nonexistent/cutout.toml");
+        assert_eq!(Config::read(nowhere, false).unwrap(), Config::default());
+        assert!(Config::read(nowhere, true).is_err());
+    }
+
+    #[test]
+    fn the_packaged_file_parses_with_every_commented_option_turned_on() {
+        let packaged = include_str!("../packaging/cutout.toml");
+        let config = Config::parse_str(packaged).unwrap();
+        assert_eq!(config.data_dir, Some(PathBuf::from("/var/lib/cutout")));
+        let all_on: String = packaged
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(option) if option.contains(" = ") && !option.starts_with(' ') => option,
+                _ => l,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(all_on.matches(" = ").count() > 10);
+        let config = Config::parse_str(&all_on).unwrap();
+        Settings::from_config(config).unwrap();
+    }
+
+    #[test]
+    fn zero_timeouts_and_workers_are_refused() {
+        let config = Config::parse_str("[server]\ninference_workers = 0\n").unwrap();
+        assert!(Settings::from_config(config).is_err());
+        let config = Config::parse_str("[server]\nsocket_timeout_secs = 0\n").unwrap();
+        assert!(Settings::from_config(config).is_err());
     }
 }

@@ -10,10 +10,12 @@ pub mod engine;
 pub mod error;
 pub mod http;
 pub mod imaging;
+pub mod led;
 pub mod limits;
 pub mod pipeline;
 pub mod secrets;
 pub mod stats;
 pub mod store;
+pub mod systemd;
 
 pub use http::{App, EngineSource, ShutdownHandle};

@@ -4,12 +4,14 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use cutout::clock::Clock;
-use cutout::config::Settings;
+use cutout::config::{Config, Settings, DEFAULT_CONFIG_FILE};
 use cutout::domain::{AccountName, Month, SizeMode};
 use cutout::engine::{self, Manifest, Readiness};
+use cutout::led::{Led, NoLight};
 use cutout::pipeline::Pipeline;
 use cutout::secrets::{check_password_policy, hash_password};
 use cutout::store::Store;
+use cutout::systemd::{self, Notifier};
 use cutout::{App, EngineSource};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,17 +23,15 @@ use std::time::Instant;
     about = "Background-removal appliance: POST a photo, get a transparent PNG cut-out"
 )]
 struct Cli {
-    /// Where the SQLite database lives.
-    #[arg(long, global = true, env = "CUTOUT_DATA_DIR", default_value = "./data")]
-    data_dir: PathBuf,
-    /// Where the model files are (see `make models`).
-    #[arg(
-        long,
-        global = true,
-        env = "CUTOUT_MODELS_DIR",
-        default_value = "./models"
-    )]
-    models_dir: PathBuf,
+    /// The configuration file [default: /etc/cutout/cutout.toml if it exists].
+    #[arg(long, global = true, env = "CUTOUT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where the SQLite database lives [env: CUTOUT_DATA_DIR; default: ./data].
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// Where the model files are (see `make models`) [env: CUTOUT_MODELS_DIR; default: ./models].
+    #[arg(long, global = true)]
+    models_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -40,10 +40,11 @@ struct Cli {
 enum Command {
     /// Serve the API.
     Serve {
-        #[arg(long, env = "CUTOUT_LISTEN", default_value = "127.0.0.1:8080")]
-        listen: String,
-        /// A model from the manifest: isnet, modnet, u2netp.
-        #[arg(long, env = "CUTOUT_MODEL")]
+        /// The address to serve on [env: CUTOUT_LISTEN; default: 127.0.0.1:8080].
+        #[arg(long)]
+        listen: Option<String>,
+        /// A model from the manifest: isnet, modnet, u2netp [env: CUTOUT_MODEL].
+        #[arg(long)]
         model: Option<String>,
         /// On an empty database, create account `demo` and print a key for it.
         #[arg(long)]
@@ -150,27 +151,39 @@ fn main() {
     }
 }
 
+/// Settings from the command line over `CUTOUT_*` variables over the file.
+fn settings(cli: &Cli) -> Result<Settings> {
+    let file = match &cli.config {
+        Some(path) => Config::read(path, true)?,
+        None => Config::read(DEFAULT_CONFIG_FILE.as_ref(), false)?,
+    };
+    let vars = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let env = Config::from_env(vars, &["CUTOUT_CONFIG"])?;
+    let (listen, model) = match &cli.command {
+        Command::Serve { listen, model, .. } => (listen.clone(), model.clone()),
+        Command::Remove { model, .. } => (None, model.clone()),
+        _ => (None, None),
+    };
+    let command_line = Config {
+        listen,
+        model,
+        data_dir: cli.data_dir.clone(),
+        models_dir: cli.models_dir.clone(),
+        ..Config::default()
+    };
+    Ok(Settings::from_config(command_line.over(env.over(file)))?)
+}
+
 fn run(cli: Cli) -> Result<()> {
+    let settings = settings(&cli)?;
     let clock = Clock::default();
     let now = clock.now_unix();
-    let store = || {
-        Store::open(&cli.data_dir).with_context(|| format!("opening {}", cli.data_dir.display()))
-    };
+    let data_dir = settings.data_dir.clone();
+    let store =
+        || Store::open(&data_dir).with_context(|| format!("opening {}", data_dir.display()));
     match cli.command {
-        Command::Serve {
-            listen,
-            model,
-            demo,
-        } => {
-            let settings = Settings {
-                data_dir: cli.data_dir,
-                models_dir: cli.models_dir,
-                listen,
-                model,
-                ..Settings::default()
-            };
-            serve(settings, demo)
-        }
+        Command::Serve { demo, .. } => serve(settings, demo),
         Command::Account(AccountCommand::Create { name, plan }) => {
             let name = AccountName::parse(&name)
                 .ok_or_else(|| anyhow!("{}", cutout::domain::ACCOUNT_NAME_RULE))?;
@@ -273,8 +286,8 @@ fn run(cli: Cli) -> Result<()> {
             input,
             output,
             size,
-            model,
-        } => remove(&cli.models_dir, &input, &output, &size, model),
+            ..
+        } => remove(&settings, &input, &output, &size),
     }
 }
 
@@ -300,11 +313,24 @@ fn read_new_password() -> Result<String> {
 }
 
 fn serve(settings: Settings, demo: bool) -> Result<()> {
+    let notifier = Notifier::from_env();
+    let led_config = settings.led.clone();
     let app = App::build(settings, EngineSource::Load)?;
+    let light = led_config.open().unwrap_or_else(|why| {
+        log::error!("{why}; running without a status LED");
+        Box::new(NoLight)
+    });
+    let led_state = app.state();
+    let led = Led::start(light, led_config.idle_level(), move || {
+        led_state.led_state()
+    });
     if demo {
         print_demo_key(&app.state().store, app.addr())?;
     }
     log::info!("listening on http://{}", app.addr());
+    let (state, addr, watchdog) = (app.state(), app.addr(), systemd::watchdog_interval());
+    let supervisor = notifier.clone();
+    std::thread::spawn(move || systemd::supervise(state, addr, supervisor, watchdog));
     let shutdown = app.shutdown_handle();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -314,6 +340,7 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
         for (n, signal) in signals.forever().enumerate() {
             if n == 0 {
                 log::info!("signal {signal}: finishing requests in flight, then stopping");
+                notifier.stopping();
                 let shutdown = shutdown.clone();
                 std::thread::spawn(move || shutdown.shutdown());
             } else {
@@ -324,6 +351,7 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
         }
     });
     app.run();
+    led.stop();
     log::info!("stopped");
     Ok(())
 }
@@ -348,19 +376,15 @@ fn print_demo_key(store: &Store, addr: std::net::SocketAddr) -> Result<()> {
     Ok(())
 }
 
-fn remove(
-    models_dir: &std::path::Path,
-    input: &PathBuf,
-    output: &PathBuf,
-    size: &str,
-    model: Option<String>,
-) -> Result<()> {
+fn remove(settings: &Settings, input: &PathBuf, output: &PathBuf, size: &str) -> Result<()> {
     let size =
         SizeMode::parse(size).ok_or_else(|| anyhow!("--size must be auto, preview or full"))?;
-    let spec = Manifest::builtin().require(model.as_deref())?.clone();
+    let spec = Manifest::builtin()
+        .require(settings.model.as_deref())?
+        .clone();
     let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
     let started = Instant::now();
-    let engine = engine::load(&spec, models_dir)?;
+    let engine = engine::load(&spec, &settings.models_dir)?;
     let loaded = started.elapsed();
     let pipeline = Pipeline::new(spec, 1, 0);
     pipeline.inference.set(Readiness::Ready(Arc::new(engine)));

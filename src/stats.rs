@@ -1,13 +1,19 @@
-//! What the status page shows about traffic: API calls and errors per UTC
-//! day, the median latency of recent cut-outs, uptime and how long the
-//! model took to load. In memory only: a restart starts them afresh.
+//! What the status page and `/metrics` show about traffic: requests by
+//! route and status, cut-out calls and errors per UTC day, a latency
+//! histogram and the median of recent cut-outs, images processed, uptime
+//! and how long the model took to load. In memory only: a restart starts
+//! them afresh (Prometheus handles counter resets).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How many recent successful cut-outs the median is taken over.
 const LATENCY_WINDOW: usize = 100;
+
+/// Upper bounds (seconds) of the cut-out latency histogram's buckets: from
+/// a small model on a fast machine to a large photo on a Pi.
+pub const LATENCY_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
 pub struct Stats {
     started: Instant,
@@ -20,6 +26,28 @@ struct Inner {
     today: Today,
     latencies: VecDeque<Duration>,
     model_load: Option<Duration>,
+    requests: BTreeMap<(&'static str, u16), u64>,
+    histogram: Histogram,
+    images: u64,
+}
+
+/// Cut-out call latencies, Prometheus-style: counts per bucket (not
+/// cumulative here), their sum and count.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Histogram {
+    pub buckets: [u64; LATENCY_BUCKETS.len()],
+    pub sum_seconds: f64,
+    pub count: u64,
+}
+
+/// Everything `/metrics` reports from here.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub requests: Vec<((&'static str, u16), u64)>,
+    pub histogram: Histogram,
+    pub images: u64,
+    pub model_load: Option<Duration>,
+    pub uptime: Duration,
 }
 
 /// Cut-out calls (API and Try it) since 00:00 UTC.
@@ -50,13 +78,27 @@ impl Stats {
         inner
     }
 
+    /// Counts one HTTP request to `route` that answered `status`.
+    pub fn record_request(&self, route: &'static str, status: u16) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        *inner.requests.entry((route, status)).or_default() += 1;
+    }
+
     /// Counts one cut-out call that answered `status` after `took`. Try it
     /// answers a success with a redirect to its result.
     pub fn record(&self, now_unix: i64, status: u16, took: Duration) {
         let mut inner = self.lock(now_unix);
         inner.today.calls += 1;
+        let seconds = took.as_secs_f64();
+        let histogram = &mut inner.histogram;
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|&le| seconds <= le) {
+            histogram.buckets[i] += 1;
+        }
+        histogram.sum_seconds += seconds;
+        histogram.count += 1;
         match status {
             200..=399 => {
+                inner.images += 1;
                 if inner.latencies.len() == LATENCY_WINDOW {
                     inner.latencies.pop_front();
                 }
@@ -83,6 +125,17 @@ impl Stats {
             n => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2),
         };
         (median, sorted.len())
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        Snapshot {
+            requests: inner.requests.iter().map(|(k, v)| (*k, *v)).collect(),
+            histogram: inner.histogram.clone(),
+            images: inner.images,
+            model_load: inner.model_load,
+            uptime: self.started.elapsed(),
+        }
     }
 
     pub fn uptime(&self) -> Duration {
@@ -127,6 +180,24 @@ mod tests {
             }
         );
         assert_eq!(stats.today(2 * DAY), Today::default());
+    }
+
+    #[test]
+    fn latencies_fall_into_the_first_bucket_that_holds_them() {
+        let stats = Stats::default();
+        stats.record(0, 200, Duration::from_millis(100));
+        stats.record(0, 200, Duration::from_millis(300));
+        stats.record(0, 400, Duration::from_secs(100));
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.histogram.buckets[0], 1, "0.1 s is within le=0.1");
+        assert_eq!(snapshot.histogram.buckets[2], 1);
+        assert_eq!(
+            snapshot.histogram.buckets.iter().sum::<u64>(),
+            2,
+            "100 s is only in +Inf"
+        );
+        assert_eq!(snapshot.histogram.count, 3);
+        assert_eq!(snapshot.images, 2);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::multipart::Form;
 use super::respond::{header, Body};
 use super::session::{self, form_token, form_token_matches, header_value, Auth};
 use super::tries::TryResult;
-use super::{appliance_state, AppState};
+use super::AppState;
 use crate::dashboard::{
     self as view, openapi, AccountForms, AccountView, KeyNotice, Nav, NewAccount, StatusView,
     TryView,
@@ -547,13 +547,18 @@ fn status_view(cx: &Ctx) -> StatusView {
         server_errors_today: today.server_errors,
         median_latency,
         latency_samples,
-        led: format!(
-            "no LED configured (the appliance is {})",
-            appliance_state(state)
-        ),
+        led: led_description(state),
         uptime: state.stats.uptime(),
         version: env!("CARGO_PKG_VERSION"),
         cpu_celsius: cpu_celsius(&state.thermal_dir),
+    }
+}
+
+fn led_description(state: &AppState) -> String {
+    let shows = state.led_state().name();
+    match state.led_backend.as_str() {
+        "none" => format!("no LED configured (the appliance is {shows})"),
+        backend => format!("{shows} ({backend} LED)"),
     }
 }
 

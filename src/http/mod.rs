@@ -4,6 +4,7 @@
 
 mod api;
 mod dashboard;
+mod metrics;
 mod multipart;
 mod respond;
 mod session;
@@ -14,6 +15,7 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::engine::{self, Engine, Manifest, Readiness};
 use crate::error::ApiError;
+use crate::led;
 use crate::limits::Limiter;
 use crate::pipeline::Pipeline;
 use crate::secrets::random_token;
@@ -46,6 +48,9 @@ pub struct AppState {
     pub dashboard: DashboardState,
     thermal_dir: PathBuf,
     listen: String,
+    db_check: Mutex<Option<(Instant, bool)>>,
+    /// The configured LED backend, for the status page.
+    led_backend: String,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
 }
@@ -74,14 +79,30 @@ impl AppState {
     }
 }
 
-/// What the appliance is doing, as the status light will show it.
-pub fn appliance_state(state: &AppState) -> &'static str {
-    match state.pipeline.inference.ready() {
-        Err(crate::engine::InferError::Loading) => "starting",
-        Err(_) => "degraded",
-        Ok(()) if state.store.check_writable().is_err() => "degraded",
-        Ok(()) if state.pipeline.queue.depth() > 0 => "busy",
-        Ok(()) => "idle",
+impl AppState {
+    /// What the appliance is doing, as the status LED shows it. The
+    /// database's writability is checked at most every two seconds: the LED
+    /// asks eight times a second.
+    pub fn led_state(&self) -> led::State {
+        match self.pipeline.inference.ready() {
+            Err(crate::engine::InferError::Loading) => led::State::Starting,
+            Err(_) => led::State::Degraded,
+            Ok(()) if !self.database_writable() => led::State::Degraded,
+            Ok(()) if self.pipeline.queue.depth() > 0 => led::State::Busy,
+            Ok(()) => led::State::Idle,
+        }
+    }
+
+    fn database_writable(&self) -> bool {
+        let mut last = self.db_check.lock().unwrap_or_else(|p| p.into_inner());
+        match *last {
+            Some((at, writable)) if at.elapsed() < Duration::from_secs(2) => writable,
+            _ => {
+                let writable = self.store.check_writable().is_ok();
+                *last = Some((Instant::now(), writable));
+                writable
+            }
+        }
     }
 }
 
@@ -168,6 +189,12 @@ impl App {
             dashboard,
             thermal_dir: settings.thermal_dir.clone(),
             listen: addr.to_string(),
+            db_check: Mutex::new(None),
+            led_backend: settings
+                .led
+                .backend
+                .clone()
+                .unwrap_or_else(|| "none".into()),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });
@@ -251,6 +278,7 @@ fn serve(state: &AppState, mut request: Request) {
     }
     let status = response.status_code().0;
     let bytes = response.data_length().unwrap_or(0);
+    state.stats.record_request(route_label(&path), status);
     let cut_out_call = method == Method::Post && (path == "/api/remove-bg" || path == "/try");
     if cut_out_call {
         state
@@ -266,6 +294,27 @@ fn serve(state: &AppState, mut request: Request) {
         outcome.account.as_deref().unwrap_or("-"),
         started.elapsed().as_millis()
     );
+}
+
+/// A request's route as `/metrics` labels it: a fixed set, so that
+/// made-up paths cannot grow the label space.
+fn route_label(path: &str) -> &'static str {
+    match path {
+        "/api/remove-bg" => "remove_bg",
+        "/try" => "try",
+        "/healthz" | "/readyz" => "health",
+        "/metrics" => "metrics",
+        "/api/openapi.json" => "openapi",
+        p if p.starts_with("/assets/") || p == "/favicon.svg" => "assets",
+        "/" | "/login" | "/logout" | "/setup" | "/docs" => "dashboard",
+        p if ["/admin", "/account", "/try/"]
+            .iter()
+            .any(|r| p.starts_with(r)) =>
+        {
+            "dashboard"
+        }
+        _ => "other",
+    }
 }
 
 /// Every response: the dashboard's pages may load only what this server
@@ -293,10 +342,11 @@ fn route(state: &AppState, method: &Method, path: &str, request: &mut Request) -
         ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
         ("/readyz", _) if get => plain(readiness(state)),
         ("/api/openapi.json", _) if get => plain(dashboard::openapi_json()),
+        ("/metrics", _) if get => plain(metrics::response(state)),
         ("/api/remove-bg", _) => plain(respond::error(&ApiError::MethodNotAllowed {
             allow: "POST",
         })),
-        ("/healthz" | "/readyz" | "/api/openapi.json", _) => {
+        ("/healthz" | "/readyz" | "/api/openapi.json" | "/metrics", _) => {
             plain(respond::error(&ApiError::MethodNotAllowed {
                 allow: "GET, HEAD",
             }))

@@ -1,0 +1,117 @@
+//! `GET /metrics`: Prometheus text format (version 0.0.4).
+
+use super::respond::{header, Body};
+use super::AppState;
+use crate::stats::LATENCY_BUCKETS;
+use std::fmt::Write;
+
+pub fn render(state: &AppState) -> String {
+    let s = state.stats.snapshot();
+    let queue = &state.pipeline.queue;
+    let ready = state.pipeline.inference.ready().is_ok();
+    let mut out = String::new();
+
+    let name = metric(
+        &mut out,
+        "cutout_http_requests_total",
+        "counter",
+        "HTTP requests by route and status.",
+    );
+    let mut lines = String::new();
+    for ((route, status), count) in &s.requests {
+        writeln!(
+            lines,
+            "{name}{{route=\"{route}\",status=\"{status}\"}} {count}"
+        )
+        .unwrap();
+    }
+    out.push_str(&lines);
+
+    let name = metric(
+        &mut out,
+        "cutout_cutout_duration_seconds",
+        "histogram",
+        "Time to answer a cut-out call (API and Try it), whatever the outcome.",
+    );
+    let mut cumulative = 0;
+    for (le, count) in LATENCY_BUCKETS.iter().zip(s.histogram.buckets) {
+        cumulative += count;
+        writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}").unwrap();
+    }
+    writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", s.histogram.count).unwrap();
+    writeln!(out, "{name}_sum {}", s.histogram.sum_seconds).unwrap();
+    writeln!(out, "{name}_count {}", s.histogram.count).unwrap();
+
+    let gauges = [
+        (
+            "cutout_images_processed_total",
+            "counter",
+            "Images cut out successfully.",
+            s.images as f64,
+        ),
+        (
+            "cutout_queue_depth",
+            "gauge",
+            "Cut-outs running or waiting for the model.",
+            queue.depth() as f64,
+        ),
+        (
+            "cutout_queue_capacity",
+            "gauge",
+            "Cut-outs the queue holds before answering 503.",
+            queue.capacity() as f64,
+        ),
+        (
+            "cutout_model_ready",
+            "gauge",
+            "1 once the model is loaded.",
+            f64::from(u8::from(ready)),
+        ),
+        (
+            "cutout_uptime_seconds",
+            "gauge",
+            "Seconds since the server started.",
+            s.uptime.as_secs_f64(),
+        ),
+    ];
+    for (name, kind, help, value) in gauges {
+        let name = metric(&mut out, name, kind, help);
+        writeln!(out, "{name} {value}").unwrap();
+    }
+    if let Some(load) = s.model_load {
+        let name = metric(
+            &mut out,
+            "cutout_model_load_seconds",
+            "gauge",
+            "How long loading the model took.",
+        );
+        writeln!(out, "{name} {}", load.as_secs_f64()).unwrap();
+    }
+    let name = metric(
+        &mut out,
+        "cutout_build_info",
+        "gauge",
+        "The running version and model.",
+    );
+    writeln!(
+        out,
+        "{name}{{version=\"{}\",model=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        state.pipeline.spec.name
+    )
+    .unwrap();
+    out
+}
+
+/// Writes a metric's HELP and TYPE lines; returns its name.
+fn metric<'n>(out: &mut String, name: &'n str, kind: &str, help: &str) -> &'n str {
+    writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}").unwrap();
+    name
+}
+
+pub fn response(state: &AppState) -> Body {
+    tiny_http::Response::from_data(render(state).into_bytes()).with_header(header(
+        "Content-Type",
+        "text/plain; version=0.0.4; charset=utf-8",
+    ))
+}

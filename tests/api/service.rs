@@ -1,0 +1,181 @@
+//! The binary as systemd runs it: the notify protocol against a fake
+//! `NOTIFY_SOCKET`, the status LED against a fake sysfs LED, and the
+//! configuration file's precedence.
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Service {
+    child: Child,
+    notify: UnixDatagram,
+    _dir: tempfile::TempDir,
+}
+
+impl Service {
+    /// `cutout serve` with systemd's environment; `extra` adds arguments
+    /// before `serve`, `env` more variables.
+    fn start(models: &std::path::Path, extra: &[&str], env: &[(&str, String)]) -> Service {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("notify");
+        let notify = UnixDatagram::bind(&socket).unwrap();
+        notify
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cutout"));
+        command
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--models-dir")
+            .arg(models)
+            .args(extra)
+            .args(["serve", "--listen", "127.0.0.1:0", "--model", "u2netp"])
+            .env("NOTIFY_SOCKET", &socket)
+            .env("WATCHDOG_USEC", "400000")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        Service {
+            child: command.spawn().unwrap(),
+            notify,
+            _dir: dir,
+        }
+    }
+
+    fn next(&self) -> String {
+        let mut buf = [0u8; 512];
+        let n = self
+            .notify
+            .recv(&mut buf)
+            .expect("a notification within a minute");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// The notifications up to and including the first that contains `what`.
+    fn until(&self, what: &str) -> Vec<String> {
+        let mut seen = vec![];
+        loop {
+            let message = self.next();
+            let done = message.contains(what);
+            seen.push(message);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    fn terminate(mut self) -> (Vec<String>, std::process::ExitStatus) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let seen = self.until("STOPPING=1");
+        (seen, self.child.wait().unwrap())
+    }
+}
+
+#[test]
+fn systemd_hears_loading_ready_watchdog_pings_and_stopping() {
+    let service = Service::start(&crate::helpers::models_dir(), &[], &[]);
+    assert_eq!(service.next(), "STATUS=loading model u2netp");
+    let ready = service.next();
+    assert!(
+        ready.starts_with("READY=1\nSTATUS=serving model u2netp on 127.0.0.1:"),
+        "{ready}"
+    );
+    service.until("WATCHDOG=1");
+    service.until("WATCHDOG=1");
+    let (seen, exit) = service.terminate();
+    assert!(
+        seen.last()
+            .unwrap()
+            .starts_with("STOPPING=1\nSTATUS=stopping"),
+        "{seen:?}"
+    );
+    assert!(exit.success());
+}
+
+#[test]
+fn a_model_that_fails_to_load_is_reported_ready_but_degraded() {
+    let empty = tempfile::tempdir().unwrap();
+    let service = Service::start(empty.path(), &[], &[]);
+    let ready = service.until("READY=1");
+    assert!(
+        ready
+            .last()
+            .unwrap()
+            .contains("STATUS=degraded: model failed to load"),
+        "{ready:?}"
+    );
+    let (_, exit) = service.terminate();
+    assert!(exit.success());
+}
+
+#[test]
+fn the_sysfs_led_blinks_while_starting_and_is_off_after_a_clean_stop() {
+    let led = tempfile::tempdir().unwrap();
+    std::fs::write(led.path().join("max_brightness"), "255\n").unwrap();
+    std::fs::write(led.path().join("trigger"), "[mmc0] none\n").unwrap();
+    std::fs::write(led.path().join("brightness"), "0\n").unwrap();
+    let env = [
+        ("CUTOUT_LED_BACKEND", "sysfs".to_owned()),
+        ("CUTOUT_LED_SYSFS_PATH", led.path().display().to_string()),
+        ("CUTOUT_LED_IDLE", "dim".to_owned()),
+    ];
+    let service = Service::start(&crate::helpers::models_dir(), &[], &env);
+    service.until("READY=1");
+    let brightness = || std::fs::read_to_string(led.path().join("brightness")).unwrap();
+    crate::helpers::wait_until("the idle LED is dim", || brightness() == "31");
+    assert_eq!(
+        std::fs::read_to_string(led.path().join("trigger")).unwrap(),
+        "none"
+    );
+    let (_, exit) = service.terminate();
+    assert!(exit.success());
+    assert_eq!(brightness(), "0");
+}
+
+#[test]
+fn the_command_line_beats_the_environment_which_beats_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cutout.toml");
+    let data = |name: &str| dir.path().join(name).display().to_string();
+    std::fs::write(&config, format!("data_dir = \"{}\"\n", data("from-file"))).unwrap();
+    let run = |args: &[&str], env: Option<String>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cutout"));
+        command
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .args(["account", "create", "acme", "--plan", "pro"]);
+        if let Some(env) = env {
+            command.env("CUTOUT_DATA_DIR", env);
+        }
+        assert!(command.output().unwrap().status.success());
+    };
+    run(&[], None);
+    run(&[], Some(data("from-env")));
+    run(&["--data-dir", &data("from-flag")], Some(data("from-env")));
+    for place in ["from-file", "from-env", "from-flag"] {
+        assert!(dir.path().join(place).join("cutout.db").exists(), "{place}");
+    }
+
+    std::fs::write(&config, "listen = \"x\"\n\n[server]\nqueue_capcity = 3\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--config")
+        .arg(&config)
+        .args(["account", "list"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("line 4") && stderr.contains("queue_capcity"),
+        "{stderr}"
+    );
+}
