@@ -8,6 +8,7 @@
 //! build `Settings` directly.
 
 use crate::clock::Clock;
+use crate::discovery::MdnsConfig;
 use crate::led::LedConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ pub struct Settings {
     /// Where Linux reports temperatures (the status page's CPU temperature).
     pub thermal_dir: PathBuf,
     pub led: LedConfig,
+    pub mdns: MdnsConfig,
     pub clock: Clock,
 }
 
@@ -63,6 +65,8 @@ pub struct Config {
     pub server: ServerConfig,
     #[serde(default)]
     pub led: LedConfig,
+    #[serde(default)]
+    pub mdns: MdnsConfig,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -164,13 +168,14 @@ impl Config {
                     .or(lower.server.shutdown_grace_secs),
             },
             led: self.led.over(lower.led),
+            mdns: self.mdns.over(lower.mdns),
         }
     }
 }
 
 /// The file's tables; an environment variable starting with one of these
 /// (and `_`) names a key in it.
-const SECTIONS: &[&str] = &["server", "led"];
+const SECTIONS: &[&str] = &["server", "led", "mdns"];
 
 /// An environment value as TOML if it reads as a number or boolean, else
 /// as a string (so `CUTOUT_LISTEN=0.0.0.0:8080` needs no quotes).
@@ -214,6 +219,7 @@ impl Settings {
             shutdown_grace: seconds(server.shutdown_grace_secs, 60, "shutdown_grace_secs")?,
             thermal_dir: "/sys/class/thermal".into(),
             led: config.led,
+            mdns: config.mdns,
             clock: Clock::default(),
         })
     }

@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod config;
 pub mod dashboard;
+pub mod discovery;
 pub mod domain;
 pub mod engine;
 pub mod error;

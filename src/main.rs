@@ -5,6 +5,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use cutout::clock::Clock;
 use cutout::config::{Config, Settings, DEFAULT_CONFIG_FILE};
+use cutout::discovery;
 use cutout::domain::{AccountName, Month, SizeMode};
 use cutout::engine::{self, Manifest, Readiness};
 use cutout::led::{Led, NoLight};
@@ -315,6 +316,7 @@ fn read_new_password() -> Result<String> {
 fn serve(settings: Settings, demo: bool) -> Result<()> {
     let notifier = Notifier::from_env();
     let led_config = settings.led.clone();
+    let mdns = settings.mdns.clone();
     let app = App::build(settings, EngineSource::Load)?;
     let light = led_config.open().unwrap_or_else(|why| {
         log::error!("{why}; running without a status LED");
@@ -328,6 +330,23 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
         print_demo_key(&app.state().store, app.addr())?;
     }
     log::info!("listening on http://{}", app.addr());
+    let _announcer = if mdns.enabled.unwrap_or(true) {
+        let name = mdns
+            .name
+            .unwrap_or_else(|| format!("cutout on {}", discovery::hostname()));
+        match discovery::announce(app.addr(), &name, discovery::MDNS_PORT) {
+            Ok(announcer) => {
+                log::info!("announced as {name:?} ({})", discovery::SERVICE_TYPE);
+                Some(announcer)
+            }
+            Err(e) => {
+                log::warn!("cannot announce on the LAN (mDNS): {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let (state, addr, watchdog) = (app.state(), app.addr(), systemd::watchdog_interval());
     let supervisor = notifier.clone();
     std::thread::spawn(move || systemd::supervise(state, addr, supervisor, watchdog));

@@ -32,6 +32,7 @@ impl Service {
             .args(["serve", "--listen", "127.0.0.1:0", "--model", "u2netp"])
             .env("NOTIFY_SOCKET", &socket)
             .env("WATCHDOG_USEC", "400000")
+            .env("CUTOUT_MDNS_ENABLED", "false")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -178,4 +179,43 @@ fn the_command_line_beats_the_environment_which_beats_the_file() {
         stderr.contains("line 4") && stderr.contains("queue_capcity"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_appliance_is_found_by_dns_sd_on_loopback() {
+    use cutout::discovery::{announce, HTTP_SERVICE_TYPE, SERVICE_TYPE};
+    use mdns_sd::{ServiceDaemon, ServiceEvent};
+    let app = crate::helpers::spawn_app();
+    // Not 5353: the test must not talk to (or be answered by) real responders.
+    let mdns_port = 25_353 + (std::process::id() % 1000) as u16;
+    let _announcer = announce(app.addr, "cutout test booth", mdns_port).unwrap();
+
+    let browser = ServiceDaemon::new_with_port(mdns_port).unwrap();
+    for (service_type, path) in [(SERVICE_TYPE, "/api/remove-bg"), (HTTP_SERVICE_TYPE, "/")] {
+        let events = browser.browse(service_type).unwrap();
+        let found = loop {
+            match events
+                .recv_timeout(Duration::from_secs(20))
+                .expect("resolved within 20 s")
+            {
+                ServiceEvent::ServiceResolved(found)
+                    if found.get_fullname().starts_with("cutout test booth.") =>
+                {
+                    break found
+                }
+                _ => {}
+            }
+        };
+        assert_eq!(found.get_port(), app.addr.port());
+        assert_eq!(found.get_property_val_str("path"), Some(path));
+        assert!(
+            found
+                .get_addresses()
+                .iter()
+                .any(|a| a.to_ip_addr() == app.addr.ip()),
+            "{:?}",
+            found.get_addresses()
+        );
+    }
+    let _ = browser.shutdown();
 }

@@ -1,0 +1,109 @@
+//! DNS-SD over multicast DNS, so booths find the appliance without anyone
+//! typing an address: `_cutout._tcp` (for clients of the API) and
+//! `_http._tcp` (for browsers looking for the dashboard), with the paths in
+//! TXT records. mdns-sd runs its own thread; dropping the `Announcer` sends
+//! the goodbye packets.
+
+use mdns_sd::{ServiceDaemon, ServiceInfo};
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// The port multicast DNS uses (RFC 6762); tests pick another.
+pub const MDNS_PORT: u16 = 5353;
+pub const SERVICE_TYPE: &str = "_cutout._tcp.local.";
+pub const HTTP_SERVICE_TYPE: &str = "_http._tcp.local.";
+
+/// The `[mdns]` table of the configuration file.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MdnsConfig {
+    /// Announce the appliance (the default); `false` turns it off.
+    pub enabled: Option<bool>,
+    /// The instance name booths show; default "cutout on HOSTNAME".
+    pub name: Option<String>,
+}
+
+impl MdnsConfig {
+    pub fn over(self, lower: MdnsConfig) -> MdnsConfig {
+        MdnsConfig {
+            enabled: self.enabled.or(lower.enabled),
+            name: self.name.or(lower.name),
+        }
+    }
+}
+
+pub struct Announcer {
+    daemon: ServiceDaemon,
+    names: Vec<String>,
+}
+
+/// The machine's host name, as the kernel knows it.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "cutout".into())
+}
+
+/// Announces the server at `addr` as `instance`. A server on every address
+/// (`0.0.0.0`) is announced with every address of the machine; one bound to
+/// a single address, with that one.
+pub fn announce(
+    addr: SocketAddr,
+    instance: &str,
+    mdns_port: u16,
+) -> Result<Announcer, mdns_sd::Error> {
+    let daemon = ServiceDaemon::new_with_port(mdns_port)?;
+    let host = format!("{}.local.", hostname());
+    let version = env!("CARGO_PKG_VERSION");
+    let services = [
+        (
+            SERVICE_TYPE,
+            [
+                ("path", "/api/remove-bg"),
+                ("dashboard", "/"),
+                ("version", version),
+            ],
+        ),
+        (
+            HTTP_SERVICE_TYPE,
+            [
+                ("path", "/"),
+                ("api", "/api/remove-bg"),
+                ("version", version),
+            ],
+        ),
+    ];
+    let mut names = vec![];
+    for (service_type, txt) in services {
+        let info = if addr.ip().is_unspecified() {
+            ServiceInfo::new(service_type, instance, &host, (), addr.port(), &txt[..])?
+                .enable_addr_auto()
+        } else {
+            ServiceInfo::new(
+                service_type,
+                instance,
+                &host,
+                addr.ip(),
+                addr.port(),
+                &txt[..],
+            )?
+        };
+        names.push(info.get_fullname().to_owned());
+        daemon.register(info)?;
+    }
+    Ok(Announcer { daemon, names })
+}
+
+impl Drop for Announcer {
+    fn drop(&mut self) {
+        for name in &self.names {
+            if let Ok(done) = self.daemon.unregister(name) {
+                // Bounded: a stop must not hang on the network.
+                let _ = done.recv_timeout(std::time::Duration::from_secs(1));
+            }
+        }
+        let _ = self.daemon.shutdown();
+    }
+}
