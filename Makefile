@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: run test models build lint e2e unit-check aarch64 test-aarch64 clean
+.PHONY: run test models build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -26,7 +26,7 @@ lint:
 
 test: models lint
 	$(CARGO) test
-	$(MAKE) e2e unit-check test-aarch64
+	$(MAKE) e2e unit-check test-aarch64 test-deb
 
 # The dashboard in headless Chromium (Debian's `chromium`); screenshots of
 # every page land in target/e2e-artifacts.
@@ -57,6 +57,17 @@ aarch64:
 test-aarch64: models
 	$(ARM) $(CARGO) test --no-run --target $(AARCH64)
 	sh tests/aarch64-smoke.sh target/aarch64/$(AARCH64)/debug/cutout
+
+# Debian packages (cargo-deb): binary, unit, cutout.toml, models, postinst.
+deb: models
+	$(CARGO) deb
+deb-arm64: models
+	$(ARM) $(CARGO) deb --target $(AARCH64)
+	@ls target/aarch64/debian/*_arm64.deb
+
+# The amd64 package installed in a fresh Debian 12 chroot and used there.
+test-deb: deb
+	sh packaging/test-install.sh target/debian/cutout_*_amd64.deb ../shared/eval/dev/grabcut/images/106024.jpg
 
 clean:
 	$(CARGO) clean

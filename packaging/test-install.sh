@@ -1,0 +1,47 @@
+#!/bin/sh
+# Installs a cutout .deb on a fresh Debian 12 in a chroot (debootstrap,
+# minbase; no container runtime needed), then, against the installed files:
+# `cutout --version`, the packaged configuration, and the API served by the
+# service user, with an account and a key made by the installed CLI.
+# Usage (as root): packaging/test-install.sh target/debian/cutout_*.deb photo.jpg
+set -eu
+deb=$(realpath "$1")
+photo=$(realpath "$2")
+root=$(mktemp -d /tmp/cutout-chroot.XXXXXX)
+chmod 755 "$root"   # the service user must reach / inside it
+pid=""
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    umount "$root/proc" 2>/dev/null || true
+    rm -rf "$root"
+}
+trap cleanup EXIT
+
+echo "debootstrap bookworm (minbase) into $root"
+debootstrap --variant=minbase bookworm "$root" >"$root.log" 2>&1 || { cat "$root.log"; exit 1; }
+rm -f "$root.log"
+mount -t proc proc "$root/proc"
+cp "$deb" "$root/tmp/cutout.deb"
+chroot "$root" apt-get install -y -qq /tmp/cutout.deb
+
+as_cutout() { chroot --userspec=cutout:cutout "$root" "$@"; }
+chroot "$root" cutout --version
+test "$(chroot "$root" stat -c %U /var/lib/cutout)" = cutout
+chroot "$root" test -f /lib/systemd/system/cutout.service
+chroot "$root" test -L /etc/systemd/system/multi-user.target.wants/cutout.service
+
+port=$((20000 + $$ % 20000))
+as_cutout cutout --config /etc/cutout/cutout.toml account create booth --plan pro
+key=$(as_cutout cutout --config /etc/cutout/cutout.toml key create booth | tail -n 1)
+CUTOUT_LISTEN=127.0.0.1:$port CUTOUT_MODEL=u2netp CUTOUT_MDNS_ENABLED=false \
+    chroot --userspec=cutout:cutout "$root" cutout --config /etc/cutout/cutout.toml serve &
+pid=$!
+i=0
+until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do
+    i=$((i + 1)); [ $i -lt 300 ] || { echo "the installed server never became ready"; exit 1; }
+    sleep 0.2
+done
+curl -sf -H "X-Api-Key: $key" -F "image_file=@$photo" \
+    "http://127.0.0.1:$port/api/remove-bg" -o "$root/tmp/cutout.png"
+head -c 8 "$root/tmp/cutout.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a"
+echo "installed package: --version, configuration, service user and API all work"
