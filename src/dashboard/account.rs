@@ -1,7 +1,7 @@
 //! An account user's pages: the account with its keys, revoking a key, and
 //! Try it.
 
-use super::{csrf_field, date_or, day, field_error, page, usage_summary, AccountView, Nav};
+use super::{csrf_field, day, field_error, key_table, page, usage_summary, AccountView, Nav};
 use crate::domain::ApiKey;
 use crate::store::{Account, KeyRecord};
 use maud::{html, Markup};
@@ -39,27 +39,12 @@ pub fn account_home(
                 p.empty { "You have no active API keys. Create one below and put it in your booth's or kiosk's settings; each key can be revoked on its own." }
             }
             @if !keys.is_empty() {
-                div.scroll {
-                    table.stack {
-                        thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { "" } } }
-                        tbody {
-                            @for key in keys {
-                                tr.revoked[key.revoked_at.is_some()] {
-                                    td data-label="Prefix" { code { (key.prefix) "…" } }
-                                    td data-label="Label" { (key.label) }
-                                    td data-label="Created" { (day(key.created_at)) }
-                                    td data-label="Last used" { (date_or(key.last_used_at, "never")) }
-                                    td {
-                                        @match key.revoked_at {
-                                            Some(t) => { "revoked " (day(t)) }
-                                            None => { a.danger href={ "/account/keys/" (key.prefix) "/revoke" } { "Revoke" } }
-                                        }
-                                    }
-                                }
-                            }
-                        }
+                (key_table(keys, "", |key| html! {
+                    @match key.revoked_at {
+                        Some(t) => { "revoked " (day(t)) }
+                        None => { a.danger href={ "/account/keys/" (key.prefix) "/revoke" } { "Revoke" } }
                     }
-                }
+                }))
             }
             form.card method="post" action="/account/keys" {
                 (csrf_field(csrf))

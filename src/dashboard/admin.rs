@@ -2,10 +2,10 @@
 //! settings, and the appliance's status.
 
 use super::{
-    csrf_field, date_or, day, field_error, page, plan_title, usage_summary, AccountView, Nav,
+    csrf_field, day, field_error, key_table, page, plan_title, usage_summary, AccountView, Nav,
 };
 use crate::domain::Month;
-use crate::store::{Account, KeyRecord, Plan};
+use crate::store::{Account, Plan};
 use maud::{html, Markup};
 use std::time::Duration;
 
@@ -160,33 +160,13 @@ pub fn admin_account(
             @if keys.is_empty() {
                 p.empty { "No keys. The account's user makes them after signing in." }
             } @else {
-                (key_table(keys))
+                (key_table(keys, "Status", |key| html! {
+                    (key.revoked_at.map_or("active".to_owned(), |t| format!("revoked {}", day(t))))
+                }))
             }
         }
     };
     page(&account.name, &Nav::Admin { csrf }, flash, body)
-}
-
-/// Keys as the operator sees them: no actions.
-fn key_table(keys: &[KeyRecord]) -> Markup {
-    html! {
-        div.scroll {
-            table.stack {
-                thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { "Status" } } }
-                tbody {
-                    @for key in keys {
-                        tr.revoked[key.revoked_at.is_some()] {
-                            td data-label="Prefix" { code { (key.prefix) "…" } }
-                            td data-label="Label" { (key.label) }
-                            td data-label="Created" { (day(key.created_at)) }
-                            td data-label="Last used" { (date_or(key.last_used_at, "never")) }
-                            td data-label="Status" { (key.revoked_at.map_or("active".to_owned(), |t| format!("revoked {}", day(t)))) }
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 pub struct StatusView {

@@ -176,6 +176,33 @@ fn usage_summary(shown: &AccountView) -> Markup {
     }
 }
 
+/// An account's keys, one row (on a phone, one card) each; `last` fills
+/// the last column, headed `last_heading`.
+fn key_table(
+    keys: &[KeyRecord],
+    last_heading: &str,
+    last: impl Fn(&KeyRecord) -> Markup,
+) -> Markup {
+    html! {
+        div.scroll {
+            table.stack {
+                thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { (last_heading) } } }
+                tbody {
+                    @for key in keys {
+                        tr.revoked[key.revoked_at.is_some()] {
+                            td data-label="Prefix" { code { (key.prefix) "…" } }
+                            td data-label="Label" { (key.label) }
+                            td data-label="Created" { (day(key.created_at)) }
+                            td data-label="Last used" { (date_or(key.last_used_at, "never")) }
+                            td { (last(key)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn plan_title(name: &str) -> String {
     let mut chars = name.chars();
     chars
