@@ -63,7 +63,7 @@ deb: models
 	$(CARGO) deb
 deb-arm64: models
 	$(ARM) $(CARGO) deb --target $(AARCH64)
-	@find target/aarch64 -name '*_arm64.deb' -path '*debian*' 
+	@ls target/aarch64/debian/*_arm64.deb
 
 # The amd64 package installed in a fresh Debian 12 chroot and used there.
 test-deb: deb
