@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use cutout::clock::Clock;
 use cutout::config::{Config, Settings, DEFAULT_CONFIG_FILE};
 use cutout::discovery;
-use cutout::domain::{AccountName, Month, SizeMode};
+use cutout::domain::{utc_date, AccountName, Month, SizeMode};
 use cutout::engine::{self, Manifest, Readiness};
 use cutout::led::{Led, NoLight};
 use cutout::pipeline::Pipeline;
@@ -228,12 +228,12 @@ fn run(cli: Cli) -> Result<()> {
                 } else {
                     "active"
                 };
-                let last = k.last_used_at.map_or("never".into(), date);
+                let last = k.last_used_at.map_or("never".into(), utc_date);
                 println!(
                     "{:<14} {:<20} {:<12} {last:<12} {status}",
                     k.prefix,
                     k.label,
-                    date(k.created_at)
+                    utc_date(k.created_at)
                 );
             }
             Ok(())
@@ -423,10 +423,4 @@ fn remove(settings: &Settings, input: &PathBuf, output: &PathBuf, size: &str) ->
         took.as_secs_f64()
     );
     Ok(())
-}
-
-/// A Unix time as a UTC date, YYYY-MM-DD.
-fn date(unix: i64) -> String {
-    let month = Month::of_unix(unix);
-    format!("{month}-{:02}", (unix - month.start_unix()) / 86_400 + 1)
 }

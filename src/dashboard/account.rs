@@ -1,8 +1,8 @@
 //! An account user's pages: the account with its keys, revoking a key, and
 //! Try it.
 
-use super::{csrf_field, day, field_error, key_table, page, usage_summary, AccountView, Nav};
-use crate::domain::ApiKey;
+use super::{csrf_field, field_error, key_table, page, usage_summary, AccountView, Nav};
+use crate::domain::{utc_date, ApiKey};
 use crate::store::{Account, KeyRecord};
 use maud::{html, Markup};
 
@@ -41,7 +41,7 @@ pub fn account_home(
             @if !keys.is_empty() {
                 (key_table(keys, "", |key| html! {
                     @match key.revoked_at {
-                        Some(t) => { "revoked " (day(t)) }
+                        Some(t) => { "revoked " (utc_date(t)) }
                         None => { a.danger href={ "/account/keys/" (key.prefix) "/revoke" } { "Revoke" } }
                     }
                 }))

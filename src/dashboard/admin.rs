@@ -2,9 +2,9 @@
 //! settings, and the appliance's status.
 
 use super::{
-    csrf_field, day, field_error, key_table, page, plan_title, usage_summary, AccountView, Nav,
+    csrf_field, field_error, key_table, page, plan_title, usage_summary, AccountView, Nav,
 };
-use crate::domain::Month;
+use crate::domain::{utc_date, Month};
 use crate::store::{Account, Plan};
 use maud::{html, Markup};
 use std::time::Duration;
@@ -161,7 +161,7 @@ pub fn admin_account(
                 p.empty { "No keys. The account's user makes them after signing in." }
             } @else {
                 (key_table(keys, "Status", |key| html! {
-                    (key.revoked_at.map_or("active".to_owned(), |t| format!("revoked {}", day(t))))
+                    (key.revoked_at.map_or("active".to_owned(), |t| format!("revoked {}", utc_date(t))))
                 }))
             }
         }

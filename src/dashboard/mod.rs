@@ -192,7 +192,7 @@ fn key_table(
                         tr.revoked[key.revoked_at.is_some()] {
                             td data-label="Prefix" { code { (key.prefix) "…" } }
                             td data-label="Label" { (key.label) }
-                            td data-label="Created" { (day(key.created_at)) }
+                            td data-label="Created" { (utc_date(key.created_at)) }
                             td data-label="Last used" { (date_or(key.last_used_at, "never")) }
                             td { (last(key)) }
                         }
@@ -213,10 +213,6 @@ fn plan_title(name: &str) -> String {
 
 fn date_or(unix: Option<i64>, otherwise: &str) -> String {
     unix.map_or_else(|| otherwise.to_owned(), utc_datetime)
-}
-
-fn day(unix: i64) -> String {
-    utc_date(unix)
 }
 
 #[cfg(test)]

@@ -55,15 +55,27 @@ pub fn route(state: &AppState, method: &Method, path: &str, request: &mut Reques
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let get = matches!(method, Method::Get | Method::Head);
     let post = *method == Method::Post;
+    // Assets are the same for everyone: no session lookup (a database
+    // query) for each stylesheet, script and icon.
+    let asset = match segments.as_slice() {
+        ["assets", "style.css"] if get => Some(("text/css; charset=utf-8", view::STYLE_CSS)),
+        ["assets", "app.js"] if get => Some(("text/javascript; charset=utf-8", view::APP_JS)),
+        ["favicon.svg"] if get => Some(("image/svg+xml", view::FAVICON_SVG)),
+        _ => None,
+    };
+    if let Some((content_type, text)) = asset {
+        return Some(
+            Response::from_data(text.as_bytes().to_vec())
+                .with_header(header("Content-Type", content_type))
+                .with_header(header("Cache-Control", "public, max-age=300")),
+        );
+    }
     let auth = match session::auth(state, request, now) {
         Ok(auth) => auth,
         Err(e) => return Some(failure(None, Failure::Store(e))),
     };
     let auth = auth.as_ref();
     let result = match segments.as_slice() {
-        ["assets", "style.css"] if get => Ok(asset("text/css; charset=utf-8", view::STYLE_CSS)),
-        ["assets", "app.js"] if get => Ok(asset("text/javascript; charset=utf-8", view::APP_JS)),
-        ["favicon.svg"] if get => Ok(asset("image/svg+xml", view::FAVICON_SVG)),
         [""] if get => Ok(redirect(match auth.map(|a| a.principal) {
             None => "/login",
             Some(Principal::Admin) => "/admin",
@@ -144,12 +156,6 @@ fn redirect(location: &str) -> Body {
         .with_status_code(303)
         .with_header(header("Location", location))
         .with_header(header("Cache-Control", "no-store"))
-}
-
-fn asset(content_type: &str, text: &str) -> Body {
-    Response::from_data(text.as_bytes().to_vec())
-        .with_header(header("Content-Type", content_type))
-        .with_header(header("Cache-Control", "public, max-age=300"))
 }
 
 // ---- reading requests ----
@@ -309,22 +315,30 @@ fn sign_out(state: &AppState, request: &mut Request, auth: Option<&Auth>) -> Han
     Ok(response)
 }
 
-/// The one-time link printed at first start, while no operator password is set.
-fn setup_token_valid(state: &AppState, token: &str) -> Result<bool, Failure> {
-    let expected = state
-        .dashboard
-        .setup_token
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+/// Whether `token` is the one-time link printed at first start, and no
+/// operator password is set yet (by the link or by the CLI).
+fn setup_token_matches(
+    state: &AppState,
+    expected: &Option<String>,
+    token: &str,
+) -> Result<bool, Failure> {
     Ok(state.store.admin_password_hash()?.is_none()
         && expected
             .as_deref()
             .is_some_and(|e| constant_time_eq(e, token)))
 }
 
+fn setup_token(state: &AppState) -> std::sync::MutexGuard<'_, Option<String>> {
+    state
+        .dashboard
+        .setup_token
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 fn setup_form(state: &AppState, request: &Request) -> Handled {
     let token = query(request, "token").unwrap_or_default();
-    if !setup_token_valid(state, &token)? {
+    if !setup_token_matches(state, &setup_token(state), &token)? {
         return Ok(setup_gone());
     }
     let (csrf, set) = form_token(request);
@@ -347,15 +361,8 @@ fn setup(state: &AppState, request: &mut Request, now: i64) -> Handled {
     }
     let token = fields.get("token");
     // Held until the password is stored, so two submissions cannot both win.
-    let mut expected = state
-        .dashboard
-        .setup_token
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    let valid = state.store.admin_password_hash()?.is_none()
-        && expected
-            .as_deref()
-            .is_some_and(|e| constant_time_eq(e, token));
+    let mut expected = setup_token(state);
+    let valid = setup_token_matches(state, &expected, token)?;
     if !valid {
         return Ok(setup_gone());
     }

@@ -247,11 +247,7 @@ impl Reply {
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
+        self.all_headers(name).first().copied()
     }
 
     /// The error code of a JSON error body, checking its documented shape.
