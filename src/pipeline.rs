@@ -8,11 +8,36 @@ use crate::engine::{InferError, Inference, ModelSpec};
 use crate::error::ApiError;
 use crate::imaging::{self, DecodeError, GeometryError};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 pub struct CutOut {
     pub png: Vec<u8>,
     pub width: u32,
     pub height: u32,
+    /// Each step and how long it took, in order (the `Server-Timing` header).
+    pub timings: Vec<(&'static str, Duration)>,
+}
+
+/// Splits one request's time into named steps.
+struct Stopwatch {
+    last: Instant,
+    laps: Vec<(&'static str, Duration)>,
+}
+
+impl Stopwatch {
+    fn start() -> Stopwatch {
+        Stopwatch {
+            last: Instant::now(),
+            laps: Vec::with_capacity(6),
+        }
+    }
+
+    /// Ends the step called `name`.
+    fn lap(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.laps.push((name, now - self.last));
+        self.last = now;
+    }
 }
 
 pub struct Pipeline {
@@ -34,11 +59,14 @@ impl Pipeline {
 
     pub fn cut_out(&self, bytes: &[u8], size: SizeMode) -> Result<CutOut, ApiError> {
         imaging::format_of(bytes)?;
+        let mut watch = Stopwatch::start();
         let _turn = self
             .queue
             .enter()
             .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
+        watch.lap("queue");
         let original = imaging::decode(bytes)?;
+        watch.lap("decode");
         let (w, h) = original.dimensions();
         let (out_w, out_h) = imaging::output_size(w, h, size).map_err(|e| match e {
             GeometryError::ResolutionTooHigh => ApiError::ResolutionTooHigh {
@@ -51,6 +79,7 @@ impl Pipeline {
         let model_input = imaging::resize_rgba(&original, in_w, in_h);
         let tensor = to_tensor(&model_input, &self.spec.normalise);
         drop(model_input);
+        watch.lap("prepare");
         let output = self
             .inference
             .run(tensor, in_w, in_h)
@@ -58,6 +87,7 @@ impl Pipeline {
                 InferError::Loading | InferError::Failed(_) => ApiError::Unavailable(e.to_string()),
                 InferError::Run(cause) => ApiError::Internal(cause),
             })?;
+        watch.lap("model");
         let matte = matte_from_output(&output, self.spec.output);
         let matte = imaging::resize_gray(&matte, (in_w, in_h), (out_w, out_h));
 
@@ -67,11 +97,14 @@ impl Pipeline {
             imaging::resize_rgba(&original, out_w, out_h)
         };
         imaging::apply_matte(&mut cut, &matte);
+        watch.lap("compose");
         let png = imaging::encode_png(&cut).map_err(|e| ApiError::Internal(e.into()))?;
+        watch.lap("encode");
         Ok(CutOut {
             png,
             width: out_w,
             height: out_h,
+            timings: watch.laps,
         })
     }
 }

@@ -15,7 +15,8 @@ pub fn document(version: &str) -> Value {
                 "X-Height": { "schema": { "type": "integer" }, "description": "Height of the cut-out in pixels." },
                 "X-RateLimit-Limit": { "schema": { "type": "integer" }, "description": "Images a month (plans with a monthly limit only)." },
                 "X-RateLimit-Remaining": { "schema": { "type": "integer" }, "description": "Images left this month (plans with a monthly limit only)." },
-                "X-RateLimit-Reset": { "schema": { "type": "integer" }, "description": "Unix time the count resets: the next UTC month (plans with a monthly limit only)." }
+                "X-RateLimit-Reset": { "schema": { "type": "integer" }, "description": "Unix time the count resets: the next UTC month (plans with a monthly limit only)." },
+                "Server-Timing": { "schema": { "type": "string" }, "description": "Milliseconds spent on each step (queue, decode, prepare, model, compose, encode), e.g. `decode;dur=12.5, model;dur=1610.2`." }
             },
             "content": { "image/png": { "schema": { "type": "string", "contentMediaType": "image/png" } } }
         }),

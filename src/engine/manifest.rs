@@ -1,5 +1,6 @@
 //! The model manifest (`models/manifest.toml`, compiled into the binary): for
-//! each model its file, sha256, input geometry, normalisation and output.
+//! each model its file, sha256, input geometry, normalisation and output;
+//! and the onnxruntime engine's library with its sha256 per architecture.
 
 use serde::Deserialize;
 
@@ -10,6 +11,32 @@ pub struct Manifest {
     pub default: String,
     #[serde(rename = "model")]
     pub models: Vec<ModelSpec>,
+    pub onnxruntime: RuntimeSpec,
+}
+
+/// ONNX Runtime's shared library, as `make onnxruntime` puts it beside the models.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RuntimeSpec {
+    pub file: String,
+    #[serde(rename = "build")]
+    pub builds: Vec<RuntimeBuild>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RuntimeBuild {
+    /// As `std::env::consts::ARCH` names it.
+    pub arch: String,
+    pub sha256: String,
+}
+
+impl RuntimeSpec {
+    /// The sha256 of the build for the architecture this binary runs on.
+    pub fn sha256_here(&self) -> Option<&str> {
+        self.builds
+            .iter()
+            .find(|b| b.arch == std::env::consts::ARCH)
+            .map(|b| b.sha256.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -22,7 +49,7 @@ pub struct ModelSpec {
     pub input: InputSpec,
     pub normalise: Normalise,
     pub output: OutputKind,
-    /// Weights stored as f16: converted to f32 at load.
+    /// Stored in fp16: both engines run it in f32.
     pub fp16: bool,
 }
 
@@ -99,5 +126,9 @@ mod tests {
         assert_eq!(m.names(), ["isnet", "modnet", "u2netp"]);
         assert_eq!(m.model(None).unwrap().name, "isnet");
         assert!(m.model(Some("nope")).is_none());
+        assert!(
+            m.onnxruntime.sha256_here().is_some(),
+            "a build for this arch"
+        );
     }
 }

@@ -1,19 +1,25 @@
 //! The model: the manifest, pure pre/post-processing, one `Engine` trait
-//! with its backends, and the inference pool every request shares.
+//! with its two backends (tract, pure Rust; ONNX Runtime, loaded at run
+//! time), and the inference pool every request shares.
 
 mod manifest;
+mod onnxruntime;
 mod pool;
 pub mod preprocess;
 mod tract;
+mod widen;
 
-pub use manifest::{InputSpec, Manifest, ModelSpec, OutputKind};
+pub use crate::config::EngineKind;
+pub use manifest::{InputSpec, Manifest, ModelSpec, OutputKind, RuntimeSpec};
+pub use onnxruntime::OnnxRuntimeEngine;
 pub use pool::{InferError, Inference, Readiness};
 pub use tract::TractEngine;
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Runs one model. Implementations are shared by all inference workers.
 pub trait Engine: Send + Sync {
@@ -25,24 +31,54 @@ pub trait Engine: Send + Sync {
     fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>>;
 }
 
-/// Loads `spec`'s file from `models_dir` after checking its sha256, so a
-/// truncated or swapped file is reported as such, not as a parse error.
-pub fn load(spec: &ModelSpec, models_dir: &Path) -> Result<TractEngine> {
-    let path = models_dir.join(&spec.file);
-    let actual = sha256_file(&path).with_context(|| {
+/// Which engine runs the models, and where ONNX Runtime's library is.
+#[derive(Debug, Clone, Default)]
+pub struct EngineChoice {
+    pub kind: EngineKind,
+    /// `None`: the manifest's file in the models directory.
+    pub onnxruntime_library: Option<PathBuf>,
+}
+
+/// Loads `spec`'s file from `models_dir` on the chosen engine. Every file
+/// is checked against its sha256 first, so a truncated or swapped file is
+/// reported as such, not as a parse error.
+pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Result<Arc<dyn Engine>> {
+    let model = models_dir.join(&spec.file);
+    check_sha256(&model, &spec.sha256, "model file", "make models")?;
+    Ok(match choice.kind {
+        EngineKind::Tract => Arc::new(TractEngine::load(spec, &model)?),
+        EngineKind::Onnxruntime => {
+            let runtime = Manifest::builtin().onnxruntime;
+            let library = choice
+                .onnxruntime_library
+                .clone()
+                .unwrap_or_else(|| models_dir.join(&runtime.file));
+            let Some(sha256) = runtime.sha256_here() else {
+                bail!(
+                    "there is no pinned ONNX Runtime build for {}",
+                    std::env::consts::ARCH
+                );
+            };
+            check_sha256(&library, sha256, "ONNX Runtime library", "make onnxruntime")?;
+            Arc::new(OnnxRuntimeEngine::load(spec, &model, &library)?)
+        }
+    })
+}
+
+fn check_sha256(path: &Path, expected: &str, what: &str, remedy: &str) -> Result<()> {
+    let actual = sha256_file(path).with_context(|| {
         format!(
-            "model file {} is missing or unreadable (run `make models`)",
+            "{what} {} is missing or unreadable (run `{remedy}`)",
             path.display()
         )
     })?;
-    if actual != spec.sha256 {
+    if actual != expected {
         bail!(
-            "model file {} is corrupt: sha256 {actual}, expected {}",
-            path.display(),
-            spec.sha256
+            "{what} {} is corrupt: sha256 {actual}, expected {expected}",
+            path.display()
         );
     }
-    TractEngine::load(spec, &path)
+    Ok(())
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {

@@ -15,15 +15,22 @@ pub fn input_size(spec: InputSpec, width: u32, height: u32) -> (u32, u32) {
             short_side,
             multiple,
         } => {
-            let round = |v: f64| ((v / f64::from(multiple)).round() as u32).max(1) * multiple;
-            let long_max = short_side * MAX_ASPECT;
+            // MODNet's own rule: an image whose sides straddle `short_side`
+            // runs at its own size (never upscaled); any other is scaled so
+            // that its short side is `short_side`.
             let (short, long) = (width.min(height), width.max(height));
-            let long_scaled =
-                round(f64::from(long) * f64::from(short_side) / f64::from(short)).min(long_max);
-            if width <= height {
-                (short_side, long_scaled)
+            let scale = if short <= short_side && long >= short_side {
+                1.0
             } else {
-                (long_scaled, short_side)
+                f64::from(short_side) / f64::from(short)
+            };
+            let floor = |v: f64| ((v as u32) / multiple).max(1) * multiple;
+            let short_in = floor(f64::from(short) * scale);
+            let long_in = floor(f64::from(long) * scale).min(short_in * MAX_ASPECT);
+            if width <= height {
+                (short_in, long_in)
+            } else {
+                (long_in, short_in)
             }
         }
     }
@@ -54,6 +61,14 @@ pub fn to_tensor(image: &RgbaImage, norm: &Normalise) -> Vec<f32> {
 
 /// The model's first output as a one-byte-a-pixel matte.
 pub fn matte_from_output(values: &[f32], kind: OutputKind) -> Vec<u8> {
+    normalised(values, kind)
+        .map(|v| (v * 255.0).round() as u8)
+        .collect()
+}
+
+/// The model's output as alpha in [0, 1]: clamped, or stretched so that
+/// its minimum is 0 and its maximum 1.
+pub fn normalised(values: &[f32], kind: OutputKind) -> impl Iterator<Item = f32> + '_ {
     let (lo, hi) = match kind {
         OutputKind::Unit => (0.0, 1.0),
         OutputKind::Minmax => values
@@ -63,8 +78,7 @@ pub fn matte_from_output(values: &[f32], kind: OutputKind) -> Vec<u8> {
     let range = if hi > lo { hi - lo } else { 1.0 };
     values
         .iter()
-        .map(|&v| (((v - lo) / range).clamp(0.0, 1.0) * 255.0).round() as u8)
-        .collect()
+        .map(move |&v| ((v - lo) / range).clamp(0.0, 1.0))
 }
 
 #[cfg(test)]
@@ -72,7 +86,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn aspect_inputs_keep_the_short_side_and_round_to_the_multiple() {
+    fn aspect_inputs_scale_the_short_side_unless_the_image_straddles_it() {
         let spec = InputSpec::Aspect {
             short_side: 512,
             multiple: 32,
@@ -80,7 +94,18 @@ mod tests {
         assert_eq!(input_size(spec, 4000, 3000), (672, 512));
         assert_eq!(input_size(spec, 3000, 4000), (512, 672));
         assert_eq!(input_size(spec, 100, 100), (512, 512));
-        assert_eq!(input_size(spec, 10_000, 100), (2048, 512));
+        assert_eq!(
+            input_size(spec, 10_000, 100),
+            (384, 96),
+            "at its own height, 4:1 at most"
+        );
+        assert_eq!(input_size(spec, 640, 480), (640, 480), "never upscaled");
+        assert_eq!(input_size(spec, 800, 497), (800, 480));
+        assert_eq!(
+            input_size(spec, 300, 200),
+            (768, 512),
+            "too small: scaled up"
+        );
         let fixed = InputSpec::Squash {
             width: 1024,
             height: 1024,

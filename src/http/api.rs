@@ -63,7 +63,8 @@ fn handle(
         .with_chunked_threshold(usize::MAX)
         .with_header(header("Content-Type", "image/png"))
         .with_header(header("X-Width", done.cut.width))
-        .with_header(header("X-Height", done.cut.height));
+        .with_header(header("X-Height", done.cut.height))
+        .with_header(header("Server-Timing", server_timing(&done.cut.timings)));
     if let Some(limit) = caller.account.plan.monthly_limit {
         response.add_header(header("X-RateLimit-Limit", limit));
         response.add_header(header(
@@ -144,4 +145,13 @@ pub fn cut_out_and_charge(
             ApiError::Unavailable(format!("database: could not record the charge: {e}"))
         })?;
     Ok(Charged { cut, used, month })
+}
+
+/// `decode;dur=12.3, model;dur=1604.0, …` in milliseconds (RFC: W3C Server Timing).
+fn server_timing(timings: &[(&str, std::time::Duration)]) -> String {
+    timings
+        .iter()
+        .map(|(step, took)| format!("{step};dur={:.1}", took.as_secs_f64() * 1000.0))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -143,20 +143,26 @@ impl App {
         match engine {
             EngineSource::Ready(engine) => inference.set(Readiness::Ready(engine)),
             EngineSource::Load => {
-                let (inference, spec, dir, stats) = (
+                let (inference, spec, dir, choice, stats) = (
                     inference.clone(),
                     pipeline.spec.clone(),
                     settings.models_dir.clone(),
+                    settings.engine.clone(),
                     stats.clone(),
                 );
                 thread::spawn(move || {
                     let started = Instant::now();
-                    match engine::load(&spec, &dir) {
+                    match engine::load(&spec, &dir, &choice) {
                         Ok(engine) => {
                             let took = started.elapsed();
-                            log::info!("model {} loaded in {:.2} s", spec.name, took.as_secs_f64());
+                            log::info!(
+                                "model {} loaded on {} in {:.2} s",
+                                spec.name,
+                                engine.name(),
+                                took.as_secs_f64()
+                            );
                             stats.set_model_load(took);
-                            inference.set(Readiness::Ready(Arc::new(engine)));
+                            inference.set(Readiness::Ready(engine));
                         }
                         Err(e) => {
                             log::error!("model {} failed to load: {e:#}", spec.name);

@@ -69,6 +69,7 @@ fn bad_arguments_exit_non_zero_with_one_line() {
         &["frobnicate"],
         &["account", "create", "x", "--plan", "gold"],
         &["usage", "nobody"],
+        &["remove", "a.jpg", "b.png", "--engine", "torch"],
     ] {
         let out = cutout(data.path(), args);
         assert!(!out.status.success(), "{args:?}");
@@ -78,28 +79,28 @@ fn bad_arguments_exit_non_zero_with_one_line() {
 }
 
 #[test]
-fn remove_cuts_out_a_file_offline() {
+fn remove_cuts_out_a_file_offline_on_either_engine() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jpg");
     std::fs::write(&input, crate::helpers::jpeg(200, 150)).unwrap();
-    let output = dir.path().join("out.png");
     let models = crate::helpers::models_dir();
-    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
-        .args(["--models-dir".as_ref(), models.as_os_str()])
-        .args(["remove".as_ref(), input.as_os_str(), output.as_os_str()])
-        .args(["--size", "preview", "--model", "u2netp"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let png = image::open(&output).unwrap();
-    assert_eq!(
-        (png.width(), png.height(), png.color()),
-        (200, 150, image::ColorType::Rgba8)
-    );
+    for engine in ["tract", "onnxruntime"] {
+        let output = dir.path().join(format!("{engine}.png"));
+        let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+            .args(["--models-dir".as_ref(), models.as_os_str()])
+            .args(["remove".as_ref(), input.as_os_str(), output.as_os_str()])
+            .args(["--size", "preview", "--model", "u2netp", "--engine", engine])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{engine}: {stderr}");
+        assert!(stderr.contains(&format!("on {engine}")), "{stderr}");
+        let png = image::open(&output).unwrap();
+        assert_eq!(
+            (png.width(), png.height(), png.color()),
+            (200, 150, image::ColorType::Rgba8)
+        );
+    }
 }
 
 #[test]

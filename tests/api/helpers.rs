@@ -5,7 +5,7 @@
 use cutout::clock::Clock;
 use cutout::config::Settings;
 use cutout::domain::AccountName;
-use cutout::engine::{self, Engine, Manifest};
+use cutout::engine::{self, Engine, EngineChoice, Manifest};
 use cutout::http::AppState;
 use cutout::store::Store;
 use cutout::{App, EngineSource, ShutdownHandle};
@@ -30,9 +30,8 @@ pub fn u2netp() -> Arc<dyn Engine> {
         .get_or_init(|| {
             let manifest = Manifest::builtin();
             let spec = manifest.model(Some("u2netp")).unwrap();
-            Arc::new(
-                engine::load(spec, &models_dir()).expect("models/u2netp.onnx (run `make models`)"),
-            )
+            engine::load(spec, &models_dir(), &EngineChoice::default())
+                .expect("models/u2netp.onnx (run `make models`)")
         })
         .clone()
 }

@@ -4,6 +4,7 @@ mod helpers;
 
 mod cli;
 mod dashboard;
+mod engines;
 mod errors;
 mod formats;
 mod limits;

@@ -50,3 +50,26 @@ fn above_25_megapixels_auto_scales_down_and_full_is_refused() {
         "{w}x{h}"
     );
 }
+
+#[test]
+fn server_timing_names_every_step_in_order() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    let reply = app.post_image(Some(&key), &jpeg(300, 200), None);
+    assert_eq!(reply.status, 200);
+    let timing = reply
+        .header("server-timing")
+        .expect("a Server-Timing header");
+    let steps: Vec<&str> = timing
+        .split(", ")
+        .map(|part| {
+            let (step, ms) = part.split_once(";dur=").expect("step;dur=ms");
+            assert!(ms.parse::<f64>().is_ok_and(|ms| ms >= 0.0), "{part}");
+            step
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        ["queue", "decode", "prepare", "model", "compose", "encode"]
+    );
+}

@@ -1,0 +1,146 @@
+//! Both engines give the same matte: every model on every dev photograph
+//! (read from ../shared/eval, never copied here), through the same
+//! pre-processing, with the alpha of tract and of ONNX Runtime at most 1e-3
+//! apart anywhere; and the server on ONNX Runtime, with its library present,
+//! missing or wrong. Needs `make models onnxruntime`.
+
+use crate::helpers::*;
+use cutout::engine::preprocess::{input_size, normalised, to_tensor};
+use cutout::engine::{self, Engine, EngineChoice, EngineKind, Manifest, ModelSpec};
+use cutout::{imaging, EngineSource};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const TOLERANCE: f32 = 1e-3;
+
+fn dev_photos() -> Vec<PathBuf> {
+    let dev = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/eval/dev");
+    let mut photos: Vec<PathBuf> = ["alphamatting", "grabcut"]
+        .iter()
+        .flat_map(|set| {
+            std::fs::read_dir(dev.join(set).join("images"))
+                .expect("../shared/eval is beside the checkout")
+                .map(|entry| entry.unwrap().path())
+        })
+        .collect();
+    photos.sort();
+    photos
+}
+
+fn load(spec: &ModelSpec, kind: EngineKind) -> Arc<dyn Engine> {
+    let choice = EngineChoice {
+        kind,
+        onnxruntime_library: None,
+    };
+    engine::load(spec, &models_dir(), &choice).unwrap_or_else(|e| {
+        panic!(
+            "{} on {kind:?} (run `make models onnxruntime`): {e:#}",
+            spec.name
+        )
+    })
+}
+
+/// The largest alpha difference between the engines over all `photos`,
+/// and the photo where it is.
+fn largest_difference(spec: &ModelSpec, photos: &[PathBuf]) -> (f32, PathBuf) {
+    let (tract, onnxruntime) = (
+        load(spec, EngineKind::Tract),
+        load(spec, EngineKind::Onnxruntime),
+    );
+    let mut worst = (0.0, PathBuf::new());
+    for photo in photos {
+        // Some dev photos are BMP, which the API refuses; the engines do not care.
+        let image = image::open(photo).unwrap().into_rgba8();
+        let (w, h) = input_size(spec.input, image.width(), image.height());
+        let tensor = to_tensor(&imaging::resize_rgba(&image, w, h), &spec.normalise);
+        let a = tract.run(tensor.clone(), w, h).unwrap();
+        let b = onnxruntime.run(tensor, w, h).unwrap();
+        let difference = normalised(&a, spec.output)
+            .zip(normalised(&b, spec.output))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        if difference > worst.0 {
+            worst = (difference, photo.clone());
+        }
+    }
+    worst
+}
+
+#[test]
+fn tract_and_onnxruntime_give_the_same_matte_on_every_dev_photo() {
+    let photos = dev_photos();
+    assert_eq!(photos.len(), 77, "27 alphamatting and 50 grabcut photos");
+    for spec in &Manifest::builtin().models {
+        let (difference, photo) = largest_difference(spec, &photos);
+        eprintln!(
+            "{}: largest alpha difference {difference:.2e} ({})",
+            spec.name,
+            photo.display()
+        );
+        assert!(
+            difference <= TOLERANCE,
+            "{}: the engines differ by {difference} on {}",
+            spec.name,
+            photo.display()
+        );
+    }
+}
+
+fn on_onnxruntime(library: Option<PathBuf>) -> TestApp {
+    spawn_app_with(EngineSource::Load, |s| {
+        s.model = Some("u2netp".into());
+        s.engine = EngineChoice {
+            kind: EngineKind::Onnxruntime,
+            onnxruntime_library: library,
+        };
+    })
+}
+
+#[test]
+fn the_api_cuts_out_on_onnxruntime() {
+    let app = on_onnxruntime(None);
+    let key = app.account("acme", "pro");
+    wait_until("the model is loaded", || {
+        app.request("GET", "/readyz", &[], b"").status == 200
+    });
+    let reply = app.post_image(Some(&key), &jpeg(64, 48), None);
+    assert_eq!(reply.png().dimensions(), (64, 48));
+    assert_eq!(
+        app.state.pipeline.inference.engine_name(),
+        Some("onnxruntime")
+    );
+}
+
+#[test]
+fn a_missing_or_wrong_onnxruntime_library_leaves_the_server_up_but_degraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = dir.path().join("libonnxruntime.so.1.31.1");
+    std::fs::write(&wrong, b"not a library").unwrap();
+    for (library, says) in [
+        (
+            dir.path().join("absent.so"),
+            "missing or unreadable (run `make onnxruntime`)",
+        ),
+        (wrong, "is corrupt: sha256"),
+    ] {
+        let app = on_onnxruntime(Some(library));
+        let key = app.account("acme", "pro");
+        let model_error = || {
+            let ready = app.request("GET", "/readyz", &[], b"");
+            assert_eq!(ready.status, 503);
+            let ready: serde_json::Value = serde_json::from_slice(&ready.body).unwrap();
+            ready["model_error"].as_str().unwrap().to_owned()
+        };
+        wait_until("the load has failed", || {
+            model_error().starts_with("model failed to load")
+        });
+        let error = model_error();
+        assert!(error.contains(says), "{error}");
+        let reply = app.post_image(Some(&key), &jpeg(64, 48), None);
+        assert_eq!(
+            (reply.status, reply.error_code().as_str()),
+            (503, "service_unavailable")
+        );
+        assert_eq!(app.used("acme"), 0);
+    }
+}
