@@ -2,12 +2,12 @@
 //! with its two backends (tract, pure Rust; ONNX Runtime, loaded at run
 //! time), and the inference pool every request shares.
 
+mod graph;
 mod manifest;
 mod onnxruntime;
 mod pool;
 pub mod preprocess;
 mod tract;
-mod widen;
 
 pub use crate::config::EngineKind;
 pub use manifest::{InputSpec, Manifest, ModelSpec, OutputKind, RuntimeSpec};

@@ -2,7 +2,7 @@
 //! `make onnxruntime` takes out of the pinned PyPI wheel. Nothing of it is
 //! compiled in, so a build without that file still runs on tract.
 
-use super::widen::widen_fp16;
+use super::graph;
 use super::{Engine, ModelSpec};
 use anyhow::{anyhow, ensure, Result};
 use ort::environment::Environment;
@@ -22,9 +22,8 @@ impl OnnxRuntimeEngine {
     /// loads stays for good: later calls use it, whatever `library` says.
     pub fn load(spec: &ModelSpec, model: &Path, library: &Path) -> Result<OnnxRuntimeEngine> {
         let environment = environment(library)?;
-        let file = std::fs::read(model)?;
-        // As tract runs it, so that both engines give the same matte.
-        let graph = if spec.fp16 { widen_fp16(&file)? } else { file };
+        // What tract runs: the first output only, in f32.
+        let graph = graph::rewrite(&std::fs::read(model)?, spec.fp16)?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let session = Session::builder(&environment)?
             .with_intra_threads(threads)

