@@ -17,7 +17,6 @@ pub use tract::TractEngine;
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,10 +42,11 @@ pub struct EngineChoice {
 /// is checked against its sha256 first, so a truncated or swapped file is
 /// reported as such, not as a parse error.
 pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Result<Arc<dyn Engine>> {
-    let model = models_dir.join(&spec.file);
-    check_sha256(&model, &spec.sha256, "model file", "make models")?;
+    let path = models_dir.join(&spec.file);
+    // Read once: hashed here, then parsed from memory by either engine.
+    let model = read_checked(&path, &spec.sha256, "model file", "make models")?;
     Ok(match choice.kind {
-        EngineKind::Tract => Arc::new(TractEngine::load(spec, &model)?),
+        EngineKind::Tract => Arc::new(TractEngine::load(spec, &model, &path)?),
         EngineKind::Onnxruntime => {
             let runtime = Manifest::builtin().onnxruntime;
             let library = choice
@@ -59,41 +59,29 @@ pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Resul
                     std::env::consts::ARCH
                 );
             };
-            check_sha256(&library, sha256, "ONNX Runtime library", "make onnxruntime")?;
-            Arc::new(OnnxRuntimeEngine::load(spec, &model, &library)?)
+            read_checked(&library, sha256, "ONNX Runtime library", "make onnxruntime")?;
+            Arc::new(OnnxRuntimeEngine::load(spec, &model, &path, &library)?)
         }
     })
 }
 
-fn check_sha256(path: &Path, expected: &str, what: &str, remedy: &str) -> Result<()> {
-    let actual = sha256_file(path).with_context(|| {
+/// The file's bytes, once its sha256 is the expected one.
+fn read_checked(path: &Path, expected: &str, what: &str, remedy: &str) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| {
         format!(
             "{what} {} is missing or unreadable (run `{remedy}`)",
             path.display()
         )
     })?;
+    let actual: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     if actual != expected {
         bail!(
             "{what} {} is corrupt: sha256 {actual}, expected {expected}",
             path.display()
         );
     }
-    Ok(())
-}
-
-fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match file.read(&mut buf)? {
-            0 => break,
-            n => hasher.update(&buf[..n]),
-        }
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(bytes)
 }

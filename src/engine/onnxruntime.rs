@@ -20,10 +20,15 @@ pub struct OnnxRuntimeEngine {
 impl OnnxRuntimeEngine {
     /// `library` must already be checked. The first library a process
     /// loads stays for good: later calls use it, whatever `library` says.
-    pub fn load(spec: &ModelSpec, model: &Path, library: &Path) -> Result<OnnxRuntimeEngine> {
+    pub fn load(
+        spec: &ModelSpec,
+        model: &[u8],
+        path: &Path,
+        library: &Path,
+    ) -> Result<OnnxRuntimeEngine> {
         let environment = environment(library)?;
         // What tract runs: the first output only, in f32.
-        let graph = graph::rewrite(&std::fs::read(model)?, spec.fp16)?;
+        let graph = graph::rewrite(model, spec.fp16)?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let session = Session::builder(&environment)?
             .with_intra_threads(threads)
@@ -33,11 +38,11 @@ impl OnnxRuntimeEngine {
             .with_intra_op_spinning(false)
             .map_err(|e| anyhow!("{e}"))?
             // Planning memory ahead made IS-Net's peak 2.2 GB instead of
-            // 1.35 GB here, and was no faster (bench/BENCHMARKS.md).
+            // 1.35 GB here, and was no faster (BENCHMARKS.md).
             .with_memory_pattern(false)
             .map_err(|e| anyhow!("{e}"))?
             .commit_from_memory(&graph)
-            .map_err(|e| anyhow!("loading {}: {e}", model.display()))?;
+            .map_err(|e| anyhow!("loading {}: {e}", path.display()))?;
         Ok(OnnxRuntimeEngine {
             session: Mutex::new(session),
         })

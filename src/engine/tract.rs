@@ -22,13 +22,14 @@ pub struct TractEngine {
 }
 
 impl TractEngine {
-    pub fn load(spec: &ModelSpec, path: &Path) -> Result<TractEngine> {
+    /// `model` is the file's bytes; `path` names it in errors.
+    pub fn load(spec: &ModelSpec, model: &[u8], path: &Path) -> Result<TractEngine> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         tract_linalg::multithread::set_default_executor(
             tract_linalg::multithread::Executor::multithread(threads),
         );
         let mut model = tract_onnx::onnx()
-            .model_for_path(path)
+            .model_for_read(&mut &model[..])
             .with_context(|| format!("parsing {}", path.display()))?;
         // The first output is the matte; side outputs (IS-Net's
         // deep-supervision mattes) are then never computed.
