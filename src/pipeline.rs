@@ -67,7 +67,7 @@ impl Pipeline {
         watch.lap("queue");
         let original = imaging::decode(bytes)?;
         watch.lap("decode");
-        let (w, h) = original.dimensions();
+        let (w, h) = (original.width(), original.height());
         let (out_w, out_h) = imaging::output_size(w, h, size).map_err(|e| match e {
             GeometryError::ResolutionTooHigh => ApiError::ResolutionTooHigh {
                 width: w,
@@ -76,7 +76,7 @@ impl Pipeline {
         })?;
 
         let (in_w, in_h) = input_size(self.spec.input, w, h);
-        let model_input = imaging::resize_rgba(&original, in_w, in_h);
+        let model_input = imaging::resize(&original, in_w, in_h);
         let tensor = to_tensor(&model_input, &self.spec.normalise);
         drop(model_input);
         watch.lap("prepare");
@@ -91,12 +91,13 @@ impl Pipeline {
         let matte = matte_from_output(&output, self.spec.output);
         let matte = imaging::resize_gray(&matte, (in_w, in_h), (out_w, out_h));
 
-        let mut cut = if (out_w, out_h) == (w, h) {
+        let kept = if (out_w, out_h) == (w, h) {
             original
         } else {
-            imaging::resize_rgba(&original, out_w, out_h)
+            imaging::resize(&original, out_w, out_h)
         };
-        imaging::apply_matte(&mut cut, &matte);
+        let cut = imaging::cut_out(&kept, &matte);
+        drop(kept);
         watch.lap("compose");
         let png = imaging::encode_png(&cut).map_err(|e| ApiError::Internal(e.into()))?;
         watch.lap("encode");

@@ -1,7 +1,7 @@
 //! Pure functions between pixels and tensors, tested without a model.
 
 use super::manifest::{InputSpec, Normalise, OutputKind, Scale};
-use image::RgbaImage;
+use image::DynamicImage;
 
 /// Longest side a kept-aspect model input may have, in units of its short
 /// side: a 10:1 panorama is squashed to 4:1 rather than run at 5120 pixels.
@@ -36,22 +36,27 @@ pub fn input_size(spec: InputSpec, width: u32, height: u32) -> (u32, u32) {
     }
 }
 
-/// NCHW f32 planes of an RGBA image already at the model's input size.
-pub fn to_tensor(image: &RgbaImage, norm: &Normalise) -> Vec<f32> {
-    let plane = (image.width() * image.height()) as usize;
+/// NCHW f32 planes of an 8-bit RGB or RGBA image already at the model's
+/// input size (alpha is not the model's business).
+pub fn to_tensor(image: &DynamicImage, norm: &Normalise) -> Vec<f32> {
+    let channels = usize::from(image.color().channel_count());
+    debug_assert!(image.color().bytes_per_pixel() as usize == channels && channels >= 3);
+    let pixels = image.as_bytes().chunks_exact(channels);
+    let plane = pixels.len();
     let divisor = match norm.scale {
         Scale::Fixed255 => 255.0,
         Scale::ImageMax => {
-            let max = image
-                .pixels()
-                .flat_map(|p| [p[0], p[1], p[2]])
+            let max = pixels
+                .clone()
+                .flat_map(|p| &p[..3])
                 .max()
+                .copied()
                 .unwrap_or(0);
             f32::from(max.max(1))
         }
     };
     let mut out = vec![0f32; plane * 3];
-    for (i, px) in image.pixels().enumerate() {
+    for (i, px) in pixels.enumerate() {
         for c in 0..3 {
             out[c * plane + i] = (f32::from(px[c]) / divisor - norm.mean[c]) / norm.std[c];
         }
@@ -115,7 +120,8 @@ mod tests {
 
     #[test]
     fn tensors_are_planar_and_normalised() {
-        let img = RgbaImage::from_raw(2, 1, vec![255, 0, 51, 255, 0, 255, 102, 255]).unwrap();
+        let rgba = image::RgbaImage::from_raw(2, 1, vec![255, 0, 51, 255, 0, 255, 102, 9]).unwrap();
+        let img = DynamicImage::ImageRgba8(rgba);
         let norm = Normalise {
             scale: Scale::Fixed255,
             mean: [0.5; 3],
@@ -134,6 +140,8 @@ mod tests {
             std: [1.0; 3],
         };
         close(to_tensor(&img, &by_max), [1.0, 0.0, 0.0, 1.0, 0.2, 0.4]);
+        let rgb = DynamicImage::ImageRgb8(img.to_rgb8());
+        close(to_tensor(&rgb, &by_max), [1.0, 0.0, 0.0, 1.0, 0.2, 0.4]);
     }
 
     #[test]

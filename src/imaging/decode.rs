@@ -3,7 +3,7 @@
 //! and the EXIF orientation is applied.
 
 use crate::error::MAX_PIXELS_DECODED;
-use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader, Limits, RgbaImage};
+use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader, Limits};
 use std::io::Cursor;
 
 /// Ceiling on any single allocation the decoders make: a 50 MP image at 16
@@ -32,9 +32,10 @@ pub fn format_of(bytes: &[u8]) -> Result<ImageFormat, DecodeError> {
     }
 }
 
-/// Decodes to 8-bit RGBA, upright. Grey, 16-bit, CMYK, palette and alpha
-/// inputs all end up as RGBA; an animation gives its first frame.
-pub fn decode(bytes: &[u8]) -> Result<RgbaImage, DecodeError> {
+/// Decodes to 8-bit RGB, or RGBA when the file has transparency to keep,
+/// upright. Grey, 16-bit, CMYK and palette inputs end up as one of the two;
+/// an animation gives its first frame.
+pub fn decode(bytes: &[u8]) -> Result<DynamicImage, DecodeError> {
     let format = format_of(bytes)?;
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     let mut limits = Limits::default();
@@ -54,7 +55,12 @@ pub fn decode(bytes: &[u8]) -> Result<RgbaImage, DecodeError> {
         .unwrap_or(image::metadata::Orientation::NoTransforms);
     let mut image = DynamicImage::from_decoder(decoder).map_err(from_image_error)?;
     image.apply_orientation(orientation);
-    Ok(image.into_rgba8())
+    // A JPEG stays RGB: a fourth byte a pixel would only be carried around.
+    Ok(if image.color().has_alpha() {
+        DynamicImage::ImageRgba8(image.into_rgba8())
+    } else {
+        DynamicImage::ImageRgb8(image.into_rgb8())
+    })
 }
 
 fn from_image_error(e: ImageError) -> DecodeError {

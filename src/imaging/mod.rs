@@ -8,18 +8,42 @@ mod resize;
 
 pub use decode::{decode, format_of, DecodeError};
 pub use geometry::{fit_within, output_size, GeometryError};
-pub use resize::{resize_gray, resize_rgba};
+pub use resize::{resize, resize_gray};
 
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
-use image::{ImageEncoder, RgbaImage};
+use image::{DynamicImage, ImageEncoder, RgbaImage};
 
-/// Replaces the alpha of `image` by `matte` (same size, one byte a pixel),
-/// keeping whatever transparency the input already had.
-pub fn apply_matte(image: &mut RgbaImage, matte: &[u8]) {
-    debug_assert_eq!(image.as_raw().len(), matte.len() * 4);
-    for (px, &m) in image.chunks_exact_mut(4).zip(matte) {
-        px[3] = ((u16::from(px[3]) * u16::from(m) + 127) / 255) as u8;
+/// The cut-out: `image`'s colours with `matte` (same size, one byte a pixel)
+/// as alpha, times whatever transparency the input already had. A pixel
+/// that ends fully transparent gets colour 0 as well: nobody sees it, and
+/// long runs of zeros make the PNG smaller and faster to encode.
+pub fn cut_out(image: &DynamicImage, matte: &[u8]) -> RgbaImage {
+    let (width, height) = (image.width(), image.height());
+    debug_assert_eq!(matte.len(), (width * height) as usize);
+    let mut out = vec![0u8; matte.len() * 4];
+    match image {
+        DynamicImage::ImageRgb8(rgb) => {
+            let pixels = out.chunks_exact_mut(4).zip(rgb.chunks_exact(3));
+            for ((px, src), &alpha) in pixels.zip(matte) {
+                if alpha != 0 {
+                    px[..3].copy_from_slice(src);
+                    px[3] = alpha;
+                }
+            }
+        }
+        DynamicImage::ImageRgba8(rgba) => {
+            let pixels = out.chunks_exact_mut(4).zip(rgba.chunks_exact(4));
+            for ((px, src), &m) in pixels.zip(matte) {
+                let alpha = ((u16::from(src[3]) * u16::from(m) + 127) / 255) as u8;
+                if alpha != 0 {
+                    px[..3].copy_from_slice(&src[..3]);
+                    px[3] = alpha;
+                }
+            }
+        }
+        other => return cut_out(&DynamicImage::ImageRgba8(other.to_rgba8()), matte),
     }
+    RgbaImage::from_raw(width, height, out).expect("four bytes a pixel")
 }
 
 /// `Fast` deflate with the Paeth filter: of every setting, the fastest on a
@@ -42,10 +66,21 @@ mod tests {
 
     #[test]
     fn the_matte_becomes_alpha_and_input_transparency_is_kept() {
-        let mut img =
-            RgbaImage::from_raw(3, 1, vec![9, 9, 9, 255, 9, 9, 9, 255, 9, 9, 9, 0]).unwrap();
-        apply_matte(&mut img, &[255, 0, 255]);
-        assert_eq!(img.as_raw(), &[9, 9, 9, 255, 9, 9, 9, 0, 9, 9, 9, 0]);
+        let rgba = RgbaImage::from_raw(
+            4,
+            1,
+            vec![9, 8, 7, 255, 9, 8, 7, 255, 9, 8, 7, 0, 9, 8, 7, 128],
+        )
+        .unwrap();
+        let cut = cut_out(&DynamicImage::ImageRgba8(rgba), &[255, 0, 255, 128]);
+        assert_eq!(
+            cut.as_raw(),
+            &[9, 8, 7, 255, 0, 0, 0, 0, 0, 0, 0, 0, 9, 8, 7, 64],
+            "alpha multiplied; fully transparent pixels lose their colour"
+        );
+        let rgb = image::RgbImage::from_raw(3, 1, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]).unwrap();
+        let cut = cut_out(&DynamicImage::ImageRgb8(rgb), &[255, 0, 1]);
+        assert_eq!(cut.as_raw(), &[1, 2, 3, 255, 0, 0, 0, 0, 7, 8, 9, 1]);
     }
 
     #[test]

@@ -3,24 +3,34 @@
 
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
-use image::RgbaImage;
+use image::{DynamicImage, GenericImageView, RgbImage, RgbaImage};
 
 fn options() -> ResizeOptions {
     ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom))
 }
 
-pub fn resize_rgba(src: &RgbaImage, width: u32, height: u32) -> RgbaImage {
+/// Resizes a decoded image (8-bit RGB or RGBA), keeping its kind.
+pub fn resize(src: &DynamicImage, width: u32, height: u32) -> DynamicImage {
     if src.dimensions() == (width, height) {
         return src.clone();
     }
-    let src_ref = ImageRef::new(src.width(), src.height(), src.as_raw(), PixelType::U8x4)
-        .expect("an RgbaImage's buffer matches its size");
-    let mut dst = Image::new(width, height, PixelType::U8x4);
+    let (pixel_type, raw) = match src {
+        DynamicImage::ImageRgb8(img) => (PixelType::U8x3, img.as_raw()),
+        DynamicImage::ImageRgba8(img) => (PixelType::U8x4, img.as_raw()),
+        other => return resize(&DynamicImage::ImageRgba8(other.to_rgba8()), width, height),
+    };
+    let src_ref = ImageRef::new(src.width(), src.height(), raw, pixel_type)
+        .expect("an image buffer matches its size");
+    let mut dst = Image::new(width, height, pixel_type);
     Resizer::new()
         .resize(&src_ref, &mut dst, &options())
         .expect("same pixel type");
-    RgbaImage::from_raw(width, height, dst.into_vec())
-        .expect("the resizer filled width*height pixels")
+    let pixels = dst.into_vec();
+    match pixel_type {
+        PixelType::U8x3 => RgbImage::from_raw(width, height, pixels).map(DynamicImage::ImageRgb8),
+        _ => RgbaImage::from_raw(width, height, pixels).map(DynamicImage::ImageRgba8),
+    }
+    .expect("the resizer filled width*height pixels")
 }
 
 /// Resizes a one-byte-a-pixel plane.

@@ -50,9 +50,9 @@ fn largest_difference(spec: &ModelSpec, photos: &[PathBuf]) -> (f32, PathBuf) {
     let mut worst = (0.0, PathBuf::new());
     for photo in photos {
         // Some dev photos are BMP, which the API refuses; the engines do not care.
-        let image = image::open(photo).unwrap().into_rgba8();
+        let image = image::DynamicImage::ImageRgb8(image::open(photo).unwrap().into_rgb8());
         let (w, h) = input_size(spec.input, image.width(), image.height());
-        let tensor = to_tensor(&imaging::resize_rgba(&image, w, h), &spec.normalise);
+        let tensor = to_tensor(&imaging::resize(&image, w, h), &spec.normalise);
         let a = tract.run(tensor.clone(), w, h).unwrap();
         let b = onnxruntime.run(tensor, w, h).unwrap();
         let difference = normalised(&a, spec.output)
