@@ -69,7 +69,12 @@ impl TaskPool {
     pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
         let mut queue = self.sharing.todo.lock().unwrap();
 
-        if self.sharing.waiting_tasks.load(Ordering::Acquire) == 0 {
+        // cutout patch: a thread woken for an earlier task still counts as
+        // waiting until it takes it, so "any waiting" let a burst of
+        // connections queue more tasks than there were idle threads. Each
+        // task is a connection that holds its thread, so the extra ones
+        // waited for another connection to close (a test saw 8 of 12 stall).
+        if self.sharing.waiting_tasks.load(Ordering::Acquire) <= queue.len() {
             self.add_thread(Some(code));
         } else {
             queue.push_back(code);
