@@ -82,7 +82,10 @@ def wait_http(url, timeout=180):
 
 
 def peer_python():
-    return subprocess.run(["bash", SHARED / "bench" / "setup_peer_photobooth.sh"],
+    # photobooth-app makes its working folders (userdata, media, …) in the
+    # current directory: keep them under target/bench.
+    OUT.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["bash", SHARED / "bench" / "setup_peer_photobooth.sh"], cwd=OUT,
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -97,12 +100,12 @@ def make_images(python):
             dst = d / (Path(src).stem + ".jpg")
             if not dst.exists():
                 subprocess.run([python, "-c", MAKE_IMAGES, SHARED / "eval" / "dev" / src, dst,
-                                str(mp), str(noise), str(q)], check=True)
+                                str(mp), str(noise), str(q)], check=True, cwd=OUT)
     upload = OUT / "images" / "upload.jpg"
     if not upload.exists():
         for q in (98, 97, 96, 95, 93, 90):
             subprocess.run([python, "-c", MAKE_IMAGES, SHARED / "eval" / "dev" / SOURCES[0],
-                            upload, "12", "12", str(q)], check=True)
+                            upload, "12", "12", str(q)], check=True, cwd=OUT)
             if upload.stat().st_size <= MAX_UPLOAD - 64 * 1024:
                 break
     log(f"images: {', '.join(f'{p.parent.name}/{p.name} {p.stat().st_size / 1e6:.1f} MB' for p in sorted((OUT / 'images').rglob('*.jpg')))}")
@@ -256,6 +259,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true", help="only idle RSS, Server-Timing and uploads")
     args = ap.parse_args()
     if not BINARY.exists():
         raise SystemExit(f"{BINARY} is missing: run `cargo build --release` (make bench does)")
@@ -264,7 +268,7 @@ def main():
     make_images(python)
     rows, extra = [], {}
     started = time.time()
-    for model in args.models.split(","):
+    for model in [] if args.skip_speed else args.models.split(","):
         for size in ("small", "large"):
             images = OUT / "images" / size
             for concurrency in (1, 4):

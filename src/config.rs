@@ -34,6 +34,9 @@ pub struct Settings {
     pub inference_workers: usize,
     /// Requests that may wait their turn before new ones get 503.
     pub queue_capacity: usize,
+    /// Bytes of uploads held at once; a request waits to read its body
+    /// until it fits (one always does).
+    pub upload_buffer: u64,
     /// Read and write timeout of every client socket.
     pub socket_timeout: Duration,
     /// How long SIGTERM waits for requests in flight.
@@ -44,6 +47,8 @@ pub struct Settings {
     pub mdns: MdnsConfig,
     pub clock: Clock,
 }
+
+const DEFAULT_UPLOAD_BUFFER_MIB: u64 = 160;
 
 /// HTTP workers beyond those a full queue keeps busy: they answer the
 /// dashboard, health checks and refusals while the queue is full.
@@ -105,6 +110,7 @@ pub struct OnnxRuntimeConfig {
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     pub queue_capacity: Option<usize>,
+    pub upload_buffer_mib: Option<u64>,
     pub inference_workers: Option<usize>,
     pub socket_timeout_secs: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,
@@ -190,6 +196,10 @@ impl Config {
             },
             server: ServerConfig {
                 queue_capacity: self.server.queue_capacity.or(lower.server.queue_capacity),
+                upload_buffer_mib: self
+                    .server
+                    .upload_buffer_mib
+                    .or(lower.server.upload_buffer_mib),
                 inference_workers: self
                     .server
                     .inference_workers
@@ -231,6 +241,16 @@ impl Settings {
         let server = config.server;
         let queue_capacity = server.queue_capacity.unwrap_or(64);
         let inference_workers = server.inference_workers.unwrap_or(1);
+        // 16 uploads of the largest size: with IS-Net on tract, 50 of them at
+        // once peak under 1.5 GiB (BENCHMARKS.md).
+        let upload_buffer_mib = server
+            .upload_buffer_mib
+            .unwrap_or(DEFAULT_UPLOAD_BUFFER_MIB);
+        if upload_buffer_mib == 0 {
+            return Err(ConfigError::Invalid(
+                "server.upload_buffer_mib must be at least 1".into(),
+            ));
+        }
         if inference_workers == 0 {
             return Err(ConfigError::Invalid(
                 "server.inference_workers must be at least 1".into(),
@@ -255,6 +275,7 @@ impl Settings {
             http_workers: queue_capacity + inference_workers + 1 + SPARE_HTTP_WORKERS,
             inference_workers,
             queue_capacity,
+            upload_buffer: upload_buffer_mib * 1024 * 1024,
             socket_timeout: seconds(server.socket_timeout_secs, 30, "socket_timeout_secs")?,
             shutdown_grace: seconds(server.shutdown_grace_secs, 60, "shutdown_grace_secs")?,
             thermal_dir: "/sys/class/thermal".into(),
@@ -390,9 +411,16 @@ mod tests {
     }
 
     #[test]
-    fn zero_timeouts_and_workers_are_refused() {
+    fn zero_timeouts_workers_and_buffers_are_refused() {
         let config = Config::parse_str("[server]\ninference_workers = 0\n").unwrap();
         assert!(Settings::from_config(config).is_err());
+        let config = Config::parse_str("[server]\nupload_buffer_mib = 0\n").unwrap();
+        assert!(Settings::from_config(config).is_err());
+        let config = Config::parse_str("[server]\nupload_buffer_mib = 64\n").unwrap();
+        assert_eq!(
+            Settings::from_config(config).unwrap().upload_buffer,
+            64 << 20
+        );
         let config = Config::parse_str("[server]\nsocket_timeout_secs = 0\n").unwrap();
         assert!(Settings::from_config(config).is_err());
     }

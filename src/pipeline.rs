@@ -48,22 +48,31 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// `inference_workers` threads run the model; beside them one more
-    /// request may decode or encode, and `queue_capacity` may wait.
-    pub fn new(spec: ModelSpec, inference_workers: usize, queue_capacity: usize) -> Pipeline {
+    /// request may decode or encode, `queue_capacity` may wait, and the
+    /// uploads held at once stay within `upload_buffer` bytes.
+    pub fn new(
+        spec: ModelSpec,
+        inference_workers: usize,
+        queue_capacity: usize,
+        upload_buffer: u64,
+    ) -> Pipeline {
         Pipeline {
             spec,
             inference: Inference::start(inference_workers),
-            queue: WorkQueue::new(inference_workers + 1, queue_capacity),
+            queue: WorkQueue::new(inference_workers + 1, queue_capacity, upload_buffer),
         }
     }
 
-    pub fn cut_out(&self, bytes: &[u8], size: SizeMode) -> Result<CutOut, ApiError> {
+    /// Cuts out `bytes`, read while holding `place`.
+    pub fn cut_out(
+        &self,
+        mut place: Place<'_>,
+        bytes: &[u8],
+        size: SizeMode,
+    ) -> Result<CutOut, ApiError> {
         imaging::format_of(bytes)?;
         let mut watch = Stopwatch::start();
-        let _turn = self
-            .queue
-            .enter()
-            .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
+        place.wait_for_turn();
         watch.lap("queue");
         let original = imaging::decode(bytes)?;
         watch.lap("decode");
@@ -122,31 +131,42 @@ impl From<DecodeError> for ApiError {
 
 /// Bounds what the server holds at once. Up to `max_running` requests hold
 /// decoded pixels (one per inference worker, plus one decoding or encoding
-/// beside them); up to `max_waiting` more wait their turn holding only the
-/// upload; past that the queue is full and a request is refused at once.
+/// beside them); the others wait in line, at most `capacity()` in all, past
+/// which a request is refused at once. A request in line reads its upload
+/// only when the uploads held fit in `upload_buffer` bytes; until then it
+/// holds only its connection (the client's bytes wait in the network).
 pub struct WorkQueue {
     counts: Mutex<Counts>,
-    freed: Condvar,
+    changed: Condvar,
     max_running: usize,
     max_waiting: usize,
+    upload_buffer: u64,
 }
 
 #[derive(Default)]
 struct Counts {
     running: usize,
     waiting: usize,
+    /// Bytes reserved by the uploads being read or held.
+    uploads: u64,
 }
 
-/// A request's turn to hold pixels; ends when dropped.
-pub struct Turn<'q>(&'q WorkQueue);
+/// A request's place in line; its upload's reservation and, once it has
+/// its turn, its right to hold pixels. Both end when it is dropped.
+pub struct Place<'q> {
+    queue: &'q WorkQueue,
+    upload: u64,
+    running: bool,
+}
 
 impl WorkQueue {
-    pub fn new(max_running: usize, max_waiting: usize) -> WorkQueue {
+    pub fn new(max_running: usize, max_waiting: usize, upload_buffer: u64) -> WorkQueue {
         WorkQueue {
             counts: Mutex::default(),
-            freed: Condvar::new(),
+            changed: Condvar::new(),
             max_running: max_running.max(1),
             max_waiting,
+            upload_buffer,
         }
     }
 
@@ -154,21 +174,28 @@ impl WorkQueue {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits for a turn, or `None` at once if the queue is full.
-    pub fn enter(&self) -> Option<Turn<'_>> {
+    fn wait<'a>(&self, counts: MutexGuard<'a, Counts>) -> MutexGuard<'a, Counts> {
+        self.changed.wait(counts).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place in line for an upload of at most `upload` bytes, once the
+    /// uploads held leave room for it (one upload alone always fits); `None`
+    /// at once if the line is full.
+    pub fn join(&self, upload: u64) -> Option<Place<'_>> {
         let mut counts = self.lock();
-        if counts.running >= self.max_running {
-            if counts.waiting >= self.max_waiting {
-                return None;
-            }
-            counts.waiting += 1;
-            while counts.running >= self.max_running {
-                counts = self.freed.wait(counts).unwrap_or_else(|p| p.into_inner());
-            }
-            counts.waiting -= 1;
+        if counts.running + counts.waiting >= self.capacity() {
+            return None;
         }
-        counts.running += 1;
-        Some(Turn(self))
+        counts.waiting += 1;
+        while counts.uploads > 0 && counts.uploads + upload > self.upload_buffer {
+            counts = self.wait(counts);
+        }
+        counts.uploads += upload;
+        Some(Place {
+            queue: self,
+            upload,
+            running: false,
+        })
     }
 
     /// Requests running and waiting.
@@ -177,16 +204,46 @@ impl WorkQueue {
         counts.running + counts.waiting
     }
 
+    /// Bytes reserved by the uploads being read or held.
+    pub fn uploads_held(&self) -> u64 {
+        self.lock().uploads
+    }
+
     /// The most requests it holds before refusing.
     pub fn capacity(&self) -> usize {
         self.max_running + self.max_waiting
     }
 }
 
-impl Drop for Turn<'_> {
+impl Place<'_> {
+    /// Waits until this request may hold decoded pixels.
+    pub fn wait_for_turn(&mut self) {
+        if self.running {
+            return;
+        }
+        let queue = self.queue;
+        let mut counts = queue.lock();
+        while counts.running >= queue.max_running {
+            counts = queue.wait(counts);
+        }
+        counts.waiting -= 1;
+        counts.running += 1;
+        self.running = true;
+    }
+}
+
+impl Drop for Place<'_> {
     fn drop(&mut self) {
-        self.0.lock().running -= 1;
-        self.0.freed.notify_one();
+        let mut counts = self.queue.lock();
+        if self.running {
+            counts.running -= 1;
+        } else {
+            counts.waiting -= 1;
+        }
+        counts.uploads -= self.upload;
+        drop(counts);
+        // Waiters for a turn and for upload room share the condition.
+        self.queue.changed.notify_all();
     }
 }
 
@@ -196,17 +253,41 @@ mod tests {
 
     #[test]
     fn the_queue_refuses_only_when_running_and_waiting_are_both_full() {
-        let queue = WorkQueue::new(1, 1);
-        let first = queue.enter().unwrap();
+        let queue = WorkQueue::new(1, 1, u64::MAX);
+        let mut first = queue.join(10).unwrap();
+        first.wait_for_turn();
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| queue.enter().map(|_| ()));
+            let waiter = s.spawn(|| queue.join(10).map(|mut place| place.wait_for_turn()));
             while queue.depth() < 2 {
                 std::thread::yield_now();
             }
-            assert!(queue.enter().is_none(), "one running, one waiting: full");
+            assert!(queue.join(10).is_none(), "one running, one waiting: full");
             drop(first);
             assert!(waiter.join().unwrap().is_some(), "the waiter gets its turn");
         });
         assert_eq!(queue.depth(), 0);
+    }
+
+    #[test]
+    fn uploads_are_read_only_while_they_fit_the_buffer() {
+        let queue = WorkQueue::new(1, 8, 25);
+        let a = queue.join(10).unwrap();
+        let b = queue.join(10).unwrap();
+        std::thread::scope(|s| {
+            let third = s.spawn(|| queue.join(10).map(|_| ()));
+            while queue.depth() < 3 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!third.is_finished(), "30 bytes would not fit in 25");
+            drop(a);
+            assert!(third.join().unwrap().is_some(), "room once one is done");
+        });
+        drop(b);
+        let alone = queue.join(1000).unwrap();
+        assert_eq!(
+            alone.upload, 1000,
+            "an upload larger than the buffer still fits alone"
+        );
     }
 }

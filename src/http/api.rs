@@ -3,14 +3,14 @@
 //! an error never costs the caller an image. Try it in the dashboard takes
 //! the same steps with a signed-in user instead of a key.
 
-use super::multipart::{read_form, Form};
+use super::multipart::{read_form, Form, MAX_BODY_BYTES};
 use super::respond::{self, header, Body};
 use super::session::header_value;
 use super::AppState;
 use crate::domain::{ApiKey, Month, SizeMode};
 use crate::error::ApiError;
 use crate::limits::{Permit, Refusal};
-use crate::pipeline::CutOut;
+use crate::pipeline::{CutOut, Place};
 use crate::store::Caller;
 use tiny_http::Request;
 
@@ -53,10 +53,10 @@ fn handle(
     *account_name = Some(caller.account.name.clone());
     let permit = admit(state, &caller)?;
 
-    let form = read_request_form(request)?;
+    let (place, form) = read_request_form(state, request)?;
     let size = parse_size(form.size.as_deref())?;
     let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
-    let done = cut_out_and_charge(state, permit, &caller, &image, size)?;
+    let done = cut_out_and_charge(state, permit, place, &caller, &image, size)?;
 
     // Content-Length rather than chunked: clients saving a file like to know its size.
     let mut response = tiny_http::Response::from_data(done.cut.png)
@@ -108,10 +108,24 @@ pub fn admit(state: &AppState, caller: &Caller) -> Result<Permit, ApiError> {
         })
 }
 
-pub fn read_request_form(request: &mut Request) -> Result<Form, ApiError> {
+/// Takes a place in the work queue, then reads the form: the body is read
+/// only once the uploads held leave room for it.
+pub fn read_request_form<'s>(
+    state: &'s AppState,
+    request: &mut Request,
+) -> Result<(Place<'s>, Form), ApiError> {
     let content_type = header_value(request, "Content-Type").map(str::to_owned);
     let content_length = request.body_length().map(|n| n as u64);
-    read_form(content_type.as_deref(), content_length, request.as_reader())
+    if content_length.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return Err(ApiError::FileTooLarge);
+    }
+    let place = state
+        .pipeline
+        .queue
+        .join(content_length.unwrap_or(MAX_BODY_BYTES))
+        .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
+    let form = read_form(content_type.as_deref(), content_length, request.as_reader())?;
+    Ok((place, form))
 }
 
 pub fn parse_size(size: Option<&str>) -> Result<SizeMode, ApiError> {
@@ -132,11 +146,12 @@ pub struct Charged {
 pub fn cut_out_and_charge(
     state: &AppState,
     permit: Permit,
+    place: Place<'_>,
     caller: &Caller,
     image: &[u8],
     size: SizeMode,
 ) -> Result<Charged, ApiError> {
-    let cut = state.pipeline.cut_out(image, size)?;
+    let cut = state.pipeline.cut_out(place, image, size)?;
     let now = state.clock.now_unix();
     let month = Month::of_unix(now);
     let used = permit

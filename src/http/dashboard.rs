@@ -16,6 +16,7 @@ use crate::domain::{AccountName, Month, ACCOUNT_NAME_RULE, ADMIN_LOGIN};
 use crate::error::ApiError;
 use crate::imaging;
 use crate::limits::Permit;
+use crate::pipeline::Place;
 use crate::secrets::{check_password_policy, constant_time_eq, hash_password, verify_password};
 use crate::store::{Account, Caller, Principal, StoreError};
 use maud::Markup;
@@ -722,13 +723,13 @@ fn try_it(cx: &Ctx, request: &mut Request, account: Account) -> Handled {
         account,
         key_id: None,
     };
-    let admitted =
-        admit(cx.state, &caller).and_then(|permit| Ok((permit, read_request_form(request)?)));
+    let admitted = admit(cx.state, &caller)
+        .and_then(|permit| Ok((permit, read_request_form(cx.state, request)?)));
     let tried = match admitted {
-        Ok((_, form)) if !cx.auth.csrf_matches(form.csrf.as_deref()) => {
+        Ok((_, (_, form))) if !cx.auth.csrf_matches(form.csrf.as_deref()) => {
             return Err(Failure::BadCsrf)
         }
-        Ok((permit, form)) => cut_out_form(cx, &caller, permit, form),
+        Ok((permit, (place, form))) => cut_out_form(cx, &caller, permit, place, form),
         Err(e) => Err(e),
     };
     match tried {
@@ -755,15 +756,16 @@ fn cut_out_form(
     cx: &Ctx,
     caller: &Caller,
     permit: Permit,
+    place: Place<'_>,
     form: Form,
 ) -> Result<TryResult, ApiError> {
     let size = parse_size(form.size.as_deref())?;
     let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
     let original_type = imaging::format_of(&image)?.to_mime_type();
-    let done = cut_out_and_charge(cx.state, permit, caller, &image, size)?;
+    let done = cut_out_and_charge(cx.state, permit, place, caller, &image, size)?;
     Ok(TryResult {
         serial: 0,
-        original: image.to_vec(),
+        original: image,
         original_type,
         png: done.cut.png,
         width: done.cut.width,

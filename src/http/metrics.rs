@@ -62,6 +62,12 @@ pub fn render(state: &AppState) -> String {
             queue.capacity() as f64,
         ),
         (
+            "cutout_uploads_held_bytes",
+            "gauge",
+            "Bytes reserved by the uploads being read or waiting in the queue.",
+            queue.uploads_held() as f64,
+        ),
+        (
             "cutout_model_ready",
             "gauge",
             "1 once the model is loaded.",

@@ -137,7 +137,12 @@ impl App {
             Server::from_listener_with_timeout(listener, None, Some(settings.socket_timeout))
                 .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
 
-        let pipeline = Pipeline::new(spec, settings.inference_workers, settings.queue_capacity);
+        let pipeline = Pipeline::new(
+            spec,
+            settings.inference_workers,
+            settings.queue_capacity,
+            settings.upload_buffer,
+        );
         let stats = Arc::new(Stats::default());
         let inference = &pipeline.inference;
         match engine {

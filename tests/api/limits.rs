@@ -5,6 +5,7 @@ use cutout::EngineSource;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 const APRIL_1: i64 = 1_775_001_600;
 const MAY_1: i64 = 1_777_593_600;
@@ -148,6 +149,33 @@ fn a_business_burst_of_12_is_all_served() {
         .map(|t| t.join().unwrap().status)
         .collect();
     assert_eq!(statuses, [200; 12]);
+}
+
+#[test]
+fn uploads_past_the_upload_buffer_wait_unread_and_then_succeed() {
+    // A buffer of 1 byte: one upload at a time is held, however large.
+    let (app, gate) = gated_app(|s| s.upload_buffer = 1);
+    let key = app.account("big-co", "business");
+    let running = send_in_background(&app, &key, 3);
+    wait_until("3 requests are in line", || {
+        app.state.pipeline.queue.depth() == 3
+    });
+    let one_body = app.state.pipeline.queue.uploads_held();
+    assert!(one_body > 0);
+    let held: Vec<u64> = (0..20)
+        .map(|_| {
+            thread::sleep(Duration::from_millis(10));
+            app.state.pipeline.queue.uploads_held()
+        })
+        .collect();
+    assert!(
+        held.iter().all(|&h| h == one_body),
+        "only one body is held: {held:?}"
+    );
+    gate.open();
+    assert!(running.into_iter().all(|t| t.join().unwrap().status == 200));
+    assert_eq!(app.used("big-co"), 3);
+    assert_eq!(app.state.pipeline.queue.uploads_held(), 0);
 }
 
 #[test]

@@ -62,6 +62,7 @@ fn metrics_count_requests_by_status_latency_images_and_the_queue() {
     assert_eq!(value(&text, "cutout_images_processed_total"), 2.0);
     assert_eq!(value(&text, "cutout_queue_depth"), 0.0);
     assert_eq!(value(&text, "cutout_queue_capacity"), 66.0);
+    assert_eq!(value(&text, "cutout_uploads_held_bytes"), 0.0);
     assert_eq!(value(&text, "cutout_model_ready"), 1.0);
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (_, number) = line.rsplit_once(' ').unwrap();
