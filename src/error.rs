@@ -31,6 +31,10 @@ pub enum ApiError {
     InvalidRequest(String),
     #[error("request body not received in time")]
     RequestTimeout,
+    /// Sent by the HTTP layer itself (vendor/tiny_http, patch 6): the
+    /// request never reaches the application.
+    #[error("request head too large")]
+    HeaderTooLarge,
     #[error("image_file larger than 10 MiB")]
     FileTooLarge,
     #[error("not a JPEG, PNG or WEBP")]
@@ -72,6 +76,7 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 413, code: "file_too_large", title: "File too large", when: "image_file is over 10 MiB (10485760 bytes)." },
     Documented { status: 415, code: "unsupported_image_format", title: "Unsupported image format", when: "image_file is not a JPEG, PNG or WEBP." },
     Documented { status: 429, code: "too_many_concurrent_requests", title: "Too many concurrent requests", when: "The account already has its plan's number of requests in flight (Pro 5, Business 50). Retry-After is set." },
+    Documented { status: 431, code: "request_header_fields_too_large", title: "Request header fields too large", when: "A request line or header line is over 8 KiB, or there are over 100 headers." },
     Documented { status: 500, code: "internal_error", title: "Internal error", when: "Something failed on the appliance; the cause is in its log." },
     Documented { status: 503, code: "service_unavailable", title: "Service unavailable", when: "The model is still loading, the queue is full, the database cannot be written or the server is stopping. Retry-After is set." },
 ];
@@ -102,6 +107,11 @@ impl ApiError {
             ResolutionTooHigh { .. } => (400, "resolution_too_high", "Resolution too high"),
             InvalidRequest(_) => (400, "invalid_request", "Invalid request"),
             RequestTimeout => (408, "request_timeout", "Request timeout"),
+            HeaderTooLarge => (
+                431,
+                "request_header_fields_too_large",
+                "Request header fields too large",
+            ),
             FileTooLarge => (413, "file_too_large", "File too large"),
             UnsupportedImageFormat => (415, "unsupported_image_format", "Unsupported image format"),
             NotFound => (404, "not_found", "Not found"),
@@ -150,6 +160,9 @@ impl ApiError {
             ),
             InvalidRequest(why) => format!("The request is not a valid multipart form: {why}."),
             RequestTimeout => "The request body was not received in time.".into(),
+            HeaderTooLarge => {
+                "A request line or header line is over 8 KiB, or there are over 100 headers.".into()
+            }
             FileTooLarge => format!("image_file may be at most {MAX_IMAGE_BYTES} bytes."),
             UnsupportedImageFormat => "image_file must be a JPEG, PNG or WEBP image.".into(),
             NotFound => "There is nothing at this path.".into(),
@@ -196,6 +209,7 @@ mod tests {
             },
             InvalidRequest("x".into()),
             RequestTimeout,
+            HeaderTooLarge,
             FileTooLarge,
             UnsupportedImageFormat,
             Unavailable("x".into()),

@@ -10,6 +10,12 @@ use std::io::Cursor;
 /// bits per channel with alpha is 400 MB.
 const MAX_DECODER_ALLOC: u64 = 512 * 1024 * 1024;
 
+/// Ceiling while only the header is read, before the pixel count is known:
+/// metadata such as a PNG's ICC profile inflates into memory there, and a
+/// profile of zeros inflates a thousandfold. Text chunks filling a 10 MB
+/// upload still fit.
+const MAX_HEADER_ALLOC: u64 = 32 * 1024 * 1024;
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum DecodeError {
     #[error("not a JPEG, PNG or WEBP")]
@@ -37,15 +43,26 @@ pub fn format_of(bytes: &[u8]) -> Result<ImageFormat, DecodeError> {
 /// an animation gives its first frame.
 pub fn decode(bytes: &[u8]) -> Result<DynamicImage, DecodeError> {
     let format = format_of(bytes)?;
+    if format == ImageFormat::Jpeg && !jpeg_has_its_end(bytes) {
+        // The decoder would fill the missing rows with grey and succeed.
+        return Err(DecodeError::Invalid("the JPEG is truncated".into()));
+    }
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-    let mut limits = Limits::default();
-    limits.max_alloc = Some(MAX_DECODER_ALLOC);
-    reader.limits(limits);
-    let mut decoder = reader.into_decoder().map_err(from_image_error)?;
+    reader.limits(allocating_at_most(MAX_HEADER_ALLOC));
+    let mut decoder = reader.into_decoder().map_err(|e| match e {
+        ImageError::Limits(_) => DecodeError::Invalid(format!(
+            "its metadata (ICC profile or text) needs over {} MiB",
+            MAX_HEADER_ALLOC >> 20
+        )),
+        other => from_image_error(other),
+    })?;
     let (width, height) = decoder.dimensions();
     if u64::from(width) * u64::from(height) > MAX_PIXELS_DECODED {
         return Err(DecodeError::TooLarge { width, height });
     }
+    decoder
+        .set_limits(allocating_at_most(MAX_DECODER_ALLOC))
+        .map_err(from_image_error)?;
     if width == 0 || height == 0 {
         return Err(DecodeError::Invalid("the image has no pixels".into()));
     }
@@ -63,6 +80,35 @@ pub fn decode(bytes: &[u8]) -> Result<DynamicImage, DecodeError> {
     })
 }
 
+/// Whether the end-of-image marker follows the first scan. Entropy-coded
+/// data cannot hold one (a 0xFF there is always followed by 0x00 or a
+/// restart marker), so its absence means the file was cut short. The
+/// segments before the scan are skipped by their lengths, since an EXIF
+/// thumbnail carries an end marker of its own.
+fn jpeg_has_its_end(bytes: &[u8]) -> bool {
+    let mut at = 2; // past SOI
+    while let Some(&[0xFF, marker]) = bytes.get(at..at + 2) {
+        match marker {
+            0xFF => at += 1, // fill byte
+            0xDA => return bytes[at..].windows(2).any(|w| w == [0xFF, 0xD9]),
+            0x01 | 0xD0..=0xD7 => at += 2,
+            _ => {
+                let Some(&[high, low]) = bytes.get(at + 2..at + 4) else {
+                    return false;
+                };
+                at += 2 + usize::from(u16::from_be_bytes([high, low]));
+            }
+        }
+    }
+    false
+}
+
+fn allocating_at_most(bytes: u64) -> Limits {
+    let mut limits = Limits::default();
+    limits.max_alloc = Some(bytes);
+    limits
+}
+
 fn from_image_error(e: ImageError) -> DecodeError {
     match e {
         ImageError::Limits(_) => DecodeError::TooLarge {
@@ -71,5 +117,39 @@ fn from_image_error(e: ImageError) -> DecodeError {
         },
         ImageError::Unsupported(e) => DecodeError::Invalid(e.to_string()),
         other => DecodeError::Invalid(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jpeg(w: u32, h: u32) -> Vec<u8> {
+        let photo = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([x as u8, y as u8, 90]));
+        let mut out = Cursor::new(Vec::new());
+        photo.write_to(&mut out, ImageFormat::Jpeg).unwrap();
+        out.into_inner()
+    }
+
+    #[test]
+    fn a_jpeg_cut_short_is_refused_even_when_a_thumbnail_ends_early() {
+        let photo = jpeg(320, 240);
+        assert!(decode(&photo).is_ok());
+        let truncated = &photo[..photo.len() * 2 / 3];
+        assert_eq!(
+            decode(truncated).unwrap_err(),
+            DecodeError::Invalid("the JPEG is truncated".into())
+        );
+        // An APP1 segment holding a whole thumbnail, end marker included.
+        let thumbnail = jpeg(16, 16);
+        let mut with_thumbnail = photo[..2].to_vec();
+        with_thumbnail.extend_from_slice(&[0xFF, 0xE1]);
+        with_thumbnail.extend_from_slice(&(thumbnail.len() as u16 + 8).to_be_bytes());
+        with_thumbnail.extend_from_slice(b"Exif\0\0");
+        with_thumbnail.extend_from_slice(&thumbnail);
+        with_thumbnail.extend_from_slice(&photo[2..]);
+        assert!(decode(&with_thumbnail).is_ok());
+        with_thumbnail.truncate(with_thumbnail.len() - 200);
+        assert!(decode(&with_thumbnail).is_err());
     }
 }

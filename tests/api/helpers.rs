@@ -571,3 +571,154 @@ impl TestApp {
         browser
     }
 }
+
+/// A PNG whose header declares `w`×`h` and whose data is a few bytes: it
+/// must be refused from the header, before any pixel buffer exists.
+pub fn png_header_only(w: u32, h: u32) -> Vec<u8> {
+    png_of_chunks(
+        w,
+        h,
+        &[(
+            *b"IDAT",
+            vec![0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+        )],
+    )
+}
+
+/// An 8-bit RGB PNG: the signature, IHDR for `w`×`h`, `chunks` as given
+/// (with correct CRCs) and IEND.
+pub fn png_of_chunks(w: u32, h: u32, chunks: &[([u8; 4], Vec<u8>)]) -> Vec<u8> {
+    fn chunk(out: &mut Vec<u8>, kind: &[u8], data: &[u8]) {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let start = out.len();
+        out.extend_from_slice(kind);
+        out.extend_from_slice(data);
+        let crc = crc32(&out[start..]);
+        out.extend_from_slice(&crc.to_be_bytes());
+    }
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&w.to_be_bytes());
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+    chunk(&mut out, b"IHDR", &ihdr);
+    for (kind, data) in chunks {
+        chunk(&mut out, kind, data);
+    }
+    chunk(&mut out, b"IEND", &[]);
+    out
+}
+
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// The `cutout` binary serving U2NetP on a free port of 127.0.0.1, with
+/// its log (stderr) in a file: what systemd runs, so a test can measure its
+/// memory, read its log or kill it.
+pub struct Server {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+    pub log: std::path::PathBuf,
+}
+
+impl Server {
+    /// Serves `data` with `RUST_LOG=rust_log`; `extra` are more `serve` options.
+    pub fn start(data: &std::path::Path, rust_log: &str, extra: &[&str]) -> Server {
+        use std::os::unix::net::UnixDatagram;
+        std::fs::create_dir_all(data).unwrap();
+        let socket = data.join("notify");
+        let _ = std::fs::remove_file(&socket);
+        let notify = UnixDatagram::bind(&socket).unwrap();
+        notify
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let log = data.join(format!("log-{}", std::process::id()));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+            .arg("--data-dir")
+            .arg(data)
+            .arg("--models-dir")
+            .arg(models_dir())
+            .args(["serve", "--listen", "127.0.0.1:0", "--model", "u2netp"])
+            .args(extra)
+            .env("NOTIFY_SOCKET", &socket)
+            .env("CUTOUT_MDNS_ENABLED", "false")
+            .env("RUST_LOG", rust_log)
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let addr = loop {
+            let n = notify.recv(&mut buf).expect("READY within two minutes");
+            let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if let Some(status) = message.strip_prefix("READY=1\nSTATUS=serving model u2netp on ") {
+                break status.trim().parse().unwrap();
+            }
+        };
+        Server { child, addr, log }
+    }
+
+    /// The resident set now, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.child.id()).expect("the server is running")
+    }
+
+    pub fn kill_9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The resident set of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Runs the `cutout` command line on `data`; returns its stdout.
+pub fn cutout_cli(data: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cutout {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A new account on `plan` with one key, made with the command line.
+pub fn cli_account(data: &std::path::Path, name: &str, plan: &str) -> String {
+    cutout_cli(data, &["account", "create", name, "--plan", plan]);
+    let out = cutout_cli(data, &["key", "create", name]);
+    out.lines().last().unwrap().trim().to_owned()
+}

@@ -3,14 +3,17 @@
 mod helpers;
 
 mod cli;
+mod crash;
 mod dashboard;
 mod engines;
 mod errors;
 mod formats;
+mod hostile;
 mod limits;
 mod metrics;
 mod model;
 mod openapi;
+mod security;
 mod service;
 mod shutdown;
 mod sizes;

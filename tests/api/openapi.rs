@@ -2,7 +2,7 @@
 //! documents for `POST /api/remove-bg` is provoked here and must come back
 //! exactly so, and every documented code must have a way to provoke it.
 
-use crate::errors::{png_header_only, FailingEngine};
+use crate::errors::FailingEngine;
 use crate::helpers::*;
 use crate::limits::{gated_app, send_in_background};
 use cutout::domain::Month;
@@ -73,6 +73,10 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
                 "POST /api/remove-bg HTTP/1.1\r\nHost: t\r\nX-Api-Key: {key}\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 5000\r\n\r\n--b\r\n"
             );
             send_raw(app.addr, stalled.as_bytes())
+        }
+        "request_header_fields_too_large" => {
+            let head = format!("GET /api/remove-bg?{} HTTP/1.1\r\n\r\n", "a".repeat(9000));
+            send_raw(app.addr, head.as_bytes())
         }
         "file_too_large" => app.post_image(k, &vec![0xFF; 10 * 1024 * 1024 + 1], None),
         "unsupported_image_format" => app.post_image(k, b"GIF89a not supported", None),

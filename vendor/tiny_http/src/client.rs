@@ -202,7 +202,12 @@ impl Iterator for ClientConnection {
             let rq = match self.read() {
                 Err(ReadError::WrongRequestLine) => {
                     let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
+                    let response = json_error(
+                        400,
+                        "invalid_request",
+                        "Invalid request",
+                        "The request line or a header is malformed.",
+                    );
                     response
                         .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                         .ok();
@@ -212,7 +217,12 @@ impl Iterator for ClientConnection {
 
                 Err(ReadError::WrongHeader(ver)) => {
                     let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
+                    let response = json_error(
+                        400,
+                        "invalid_request",
+                        "Invalid request",
+                        "The request line or a header is malformed.",
+                    );
                     response.raw_print(writer, ver, &[], false, None).ok();
                     return None; // we don't know where the next request would start,
                                  // se we have to close
@@ -220,7 +230,12 @@ impl Iterator for ClientConnection {
 
                 Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::InvalidData => {
                     let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(431));
+                    let response = json_error(
+                        431,
+                        "request_header_fields_too_large",
+                        "Request header fields too large",
+                        "A request line or header line is over 8 KiB, or there are over 100 headers.",
+                    );
                     response
                         .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                         .ok();
@@ -232,7 +247,12 @@ impl Iterator for ClientConnection {
                 {
                     // request timeout
                     let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(408));
+                    let response = json_error(
+                        408,
+                        "request_timeout",
+                        "Request timeout",
+                        "The request headers were not received in time.",
+                    );
                     response
                         .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                         .ok();
@@ -332,4 +352,23 @@ mod test {
         assert!(super::parse_request_line("GET /hello").is_err());
         assert!(super::parse_request_line("qsd qsd qsd").is_err());
     }
+}
+
+/// cutout patch 6: what the server answers before a request exists (a
+/// malformed or oversized head, or one that stops arriving) carries a JSON
+/// body in cutout's error shape, like every error the application sends.
+fn json_error(
+    status: u16,
+    code: &str,
+    title: &str,
+    detail: &str,
+) -> crate::Response<std::io::Cursor<Vec<u8>>> {
+    let body =
+        format!(r#"{{"errors":[{{"title":"{title}","code":"{code}","detail":"{detail}"}}]}}"#);
+    crate::Response::from_data(body.into_bytes())
+        .with_status_code(crate::StatusCode(status))
+        .with_header(
+            crate::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
+                .expect("a valid header"),
+        )
 }

@@ -1,0 +1,127 @@
+//! A power cut in the middle of work: `kill -9` while clients are being
+//! served loses no charge and makes none twice.
+
+use crate::helpers::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One call; true only for a complete 200 whose body is a PNG, which is
+/// what a client keeps (and so what it may be charged for).
+fn served(addr: SocketAddr, request: &[u8]) -> bool {
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        std::thread::sleep(Duration::from_millis(50));
+        return false;
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    if stream.write_all(request).is_err() {
+        return false;
+    }
+    let mut response = vec![];
+    let _ = stream.read_to_end(&mut response);
+    let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&response[..end]).to_ascii_lowercase();
+    let body = &response[end + 4..];
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|n| n.trim().parse::<usize>().ok());
+    head.starts_with("http/1.1 200")
+        && length == Some(body.len())
+        && image::load_from_memory_with_format(body, image::ImageFormat::Png).is_ok()
+}
+
+/// The faster engine: two hundred model runs on tract take minutes here.
+const ONNXRUNTIME: &[&str] = &["--engine", "onnxruntime"];
+
+#[test]
+fn kill_9_in_the_middle_of_200_requests_loses_and_doubles_no_charge() {
+    let data = tempfile::tempdir().unwrap();
+    let accounts = ["north", "south", "west"];
+    let plans = ["pro", "pro", "business"];
+    let keys: Vec<String> = accounts
+        .iter()
+        .zip(plans)
+        .map(|(name, plan)| cli_account(data.path(), name, plan))
+        .collect();
+    let server = Server::start(data.path(), "warn", ONNXRUNTIME);
+    let addr = Arc::new(Mutex::new(server.addr));
+    let served_per_account: Arc<Vec<AtomicUsize>> =
+        Arc::new(accounts.iter().map(|_| AtomicUsize::new(0)).collect());
+    let attempts = Arc::new(AtomicUsize::new(0));
+
+    let clients: Vec<_> = (0..8)
+        .map(|client| {
+            let account = client % accounts.len();
+            let form = Multipart::new().file("image_file", &jpeg(96, 64)).body();
+            let request = [
+                format!(
+                    "POST /api/remove-bg HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Api-Key: {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
+                    keys[account],
+                    Multipart::new().content_type(),
+                    form.len()
+                )
+                .into_bytes(),
+                form,
+            ]
+            .concat();
+            let (addr, served_per_account, attempts) =
+                (addr.clone(), served_per_account.clone(), attempts.clone());
+            std::thread::spawn(move || {
+                while attempts.fetch_add(1, Ordering::SeqCst) < 200 {
+                    let to = *addr.lock().unwrap();
+                    if served(to, &request) {
+                        served_per_account[account].fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Each call runs the model, so this may wait longer than wait_until.
+    let served_so_far = || {
+        served_per_account
+            .iter()
+            .map(|n| n.load(Ordering::SeqCst))
+            .sum::<usize>()
+    };
+    let started = std::time::Instant::now();
+    while served_so_far() < 30 {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "30 calls served in 5 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.kill_9();
+    let restarted = Server::start(data.path(), "warn", ONNXRUNTIME);
+    *addr.lock().unwrap() = restarted.addr;
+    for client in clients {
+        client.join().unwrap();
+    }
+    drop(restarted);
+
+    let store = cutout::store::Store::open(data.path()).unwrap();
+    let month = cutout::domain::Month::of_unix(cutout::clock::Clock::default().now_unix());
+    let total = served_so_far();
+    assert!(total >= 100, "only {total} of 200 calls were served");
+    for (i, name) in accounts.iter().enumerate() {
+        let account = store.account(name).unwrap();
+        assert_eq!(
+            store.usage(account.id, month).unwrap() as usize,
+            served_per_account[i].load(Ordering::SeqCst),
+            "{name}'s month count against the images its clients received"
+        );
+    }
+    let conn = rusqlite::Connection::open(data.path().join("cutout.db")).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
