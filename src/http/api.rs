@@ -26,7 +26,9 @@ pub fn remove_bg(state: &AppState, request: &mut Request) -> Outcome {
         Err(e) => {
             match &e {
                 ApiError::Internal(cause) => log::error!("remove-bg failed: {cause:#}"),
-                ApiError::Unavailable(why) => log::warn!("remove-bg refused: {why}"),
+                // A lasting cause (the database, the model) is logged once
+                // where it is found, not again for every call it refuses.
+                ApiError::Unavailable(why) => log::debug!("remove-bg refused: {why}"),
                 _ => {}
             }
             respond::error(&e)
@@ -92,6 +94,9 @@ pub fn admit(state: &AppState, caller: &Caller) -> Result<Permit, ApiError> {
         .inference
         .ready()
         .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    state
+        .database_writable()
+        .map_err(|why| ApiError::Unavailable(format!("database: {why}")))?;
     let month = Month::of_unix(state.clock.now_unix());
     state
         .limiter
@@ -157,7 +162,9 @@ pub fn cut_out_and_charge(
     let used = permit
         .charge(|| state.store.charge(caller, month, now))
         .map_err(|e| {
-            ApiError::Unavailable(format!("database: could not record the charge: {e}"))
+            let why = format!("could not record a charge: {e}");
+            state.database_failed(&why);
+            ApiError::Unavailable(format!("database: {why}"))
         })?;
     Ok(Charged { cut, used, month })
 }

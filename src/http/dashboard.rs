@@ -544,7 +544,7 @@ fn status_view(cx: &Ctx) -> StatusView {
             Err(e) => e.to_string(),
         },
         model_load: state.stats.model_load(),
-        database: match state.store.check_writable() {
+        database: match state.database_writable() {
             Ok(()) => "writable".into(),
             Err(e) => format!("not writable: {e}"),
         },

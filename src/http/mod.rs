@@ -5,7 +5,7 @@
 mod api;
 mod dashboard;
 mod metrics;
-mod multipart;
+pub mod multipart;
 mod respond;
 mod session;
 mod throttle;
@@ -48,7 +48,7 @@ pub struct AppState {
     pub dashboard: DashboardState,
     thermal_dir: PathBuf,
     listen: String,
-    db_check: Mutex<Option<(Instant, bool)>>,
+    db_check: Mutex<Option<(Instant, Result<(), String>)>>,
     /// The configured LED backend, for the status page.
     led_backend: String,
     stopping: AtomicBool,
@@ -80,29 +80,57 @@ impl AppState {
 }
 
 impl AppState {
-    /// What the appliance is doing, as the status LED shows it. The
-    /// database's writability is checked at most every two seconds: the LED
-    /// asks eight times a second.
+    /// What the appliance is doing, as the status LED shows it.
     pub fn led_state(&self) -> led::State {
         match self.pipeline.inference.ready() {
             Err(crate::engine::InferError::Loading) => led::State::Starting,
             Err(_) => led::State::Degraded,
-            Ok(()) if !self.database_writable() => led::State::Degraded,
+            Ok(()) if self.database_writable().is_err() => led::State::Degraded,
             Ok(()) if self.pipeline.queue.depth() > 0 => led::State::Busy,
             Ok(()) => led::State::Idle,
         }
     }
 
-    fn database_writable(&self) -> bool {
+    /// Whether the database takes writes, checked at most every two
+    /// seconds (the LED asks eight times a second, and every API call
+    /// asks). A change is logged once, when it is seen, not per request.
+    pub fn database_writable(&self) -> Result<(), String> {
         let mut last = self.db_check.lock().unwrap_or_else(|p| p.into_inner());
-        match *last {
-            Some((at, writable)) if at.elapsed() < Duration::from_secs(2) => writable,
-            _ => {
-                let writable = self.store.check_writable().is_ok();
-                *last = Some((Instant::now(), writable));
-                writable
+        match &*last {
+            Some((at, verdict)) if at.elapsed() < Duration::from_secs(2) => verdict.clone(),
+            previous => {
+                let was_writable = previous.as_ref().is_none_or(|(_, v)| v.is_ok());
+                let verdict = if was_writable {
+                    self.store.check_writable()
+                } else {
+                    self.store.probe_write(self.clock.now_unix())
+                };
+                let verdict = verdict.map_err(|e| e.to_string());
+                log_database_change(was_writable, &verdict);
+                *last = Some((Instant::now(), verdict.clone()));
+                verdict
             }
         }
+    }
+
+    /// A write that failed although the last check passed (the disk filled
+    /// up in between): later calls are refused up front until a check passes.
+    pub fn database_failed(&self, why: &str) {
+        let mut last = self.db_check.lock().unwrap_or_else(|p| p.into_inner());
+        let was_writable = last.as_ref().is_none_or(|(_, v)| v.is_ok());
+        let verdict = Err(why.to_owned());
+        log_database_change(was_writable, &verdict);
+        *last = Some((Instant::now(), verdict));
+    }
+}
+
+fn log_database_change(was_writable: bool, now: &Result<(), String>) {
+    match (was_writable, now) {
+        (true, Err(why)) => {
+            log::error!("the database cannot take writes ({why}); API calls get 503 until it can")
+        }
+        (false, Ok(())) => log::warn!("the database takes writes again; API calls are served"),
+        _ => {}
     }
 }
 
@@ -389,12 +417,13 @@ fn not_found(request: &Request) -> respond::Body {
 /// Ready when the model is loaded and the database takes writes.
 fn readiness(state: &AppState) -> respond::Body {
     let model = state.pipeline.inference.ready();
-    let database = state.store.check_writable();
+    let database = state.database_writable();
     let body = serde_json::json!({
         "model": state.pipeline.spec.name,
         "model_ready": model.is_ok(),
         "model_error": model.as_ref().err().map(ToString::to_string),
         "database_writable": database.is_ok(),
+        "database_error": database.as_ref().err(),
     });
     if model.is_ok() && database.is_ok() {
         respond::json(200, &body)

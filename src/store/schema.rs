@@ -49,6 +49,12 @@ const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL
      );
      CREATE INDEX sessions_by_account ON sessions (account_id);",
+    // 3: one row rewritten to prove the database takes writes again after
+    // a write failed (a lock alone does not touch the disk).
+    "CREATE TABLE write_probe (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        written_at INTEGER NOT NULL
+     );",
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
