@@ -128,7 +128,7 @@ pub fn supervise(
         match state.pipeline.inference.ready() {
             Err(InferError::Loading) => std::thread::sleep(Duration::from_millis(50)),
             Ok(()) => break notifier.ready(&format!("serving model {model} on {addr}")),
-            Err(e) => break notifier.ready(&format!("degraded: {e}")),
+            Err(e) => break notifier.ready(&format!("degraded: {e}; answering 503 on {addr}")),
         }
     }
     let Some(interval) = watchdog else { return };

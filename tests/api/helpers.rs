@@ -630,12 +630,25 @@ fn crc32(data: &[u8]) -> u32 {
 pub struct Server {
     pub child: std::process::Child,
     pub addr: SocketAddr,
+    /// Outside the data directory, which a test may fill or make read-only.
     pub log: std::path::PathBuf,
+    _log_dir: tempfile::TempDir,
 }
 
 impl Server {
     /// Serves `data` with `RUST_LOG=rust_log`; `extra` are more `serve` options.
     pub fn start(data: &std::path::Path, rust_log: &str, extra: &[&str]) -> Server {
+        Server::start_with(data, &models_dir(), rust_log, extra, &[])
+    }
+
+    /// `start` with another models directory and more environment.
+    pub fn start_with(
+        data: &std::path::Path,
+        models: &std::path::Path,
+        rust_log: &str,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Server {
         use std::os::unix::net::UnixDatagram;
         std::fs::create_dir_all(data).unwrap();
         let socket = data.join("notify");
@@ -644,14 +657,16 @@ impl Server {
         notify
             .set_read_timeout(Some(Duration::from_secs(120)))
             .unwrap();
-        let log = data.join(format!("log-{}", std::process::id()));
+        let log_dir = tempfile::tempdir().unwrap();
+        let log = log_dir.path().join("cutout.log");
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
             .arg("--data-dir")
             .arg(data)
             .arg("--models-dir")
-            .arg(models_dir())
+            .arg(models)
             .args(["serve", "--listen", "127.0.0.1:0", "--model", "u2netp"])
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("NOTIFY_SOCKET", &socket)
             .env("CUTOUT_MDNS_ENABLED", "false")
             .env("RUST_LOG", rust_log)
@@ -665,15 +680,22 @@ impl Server {
             )
             .spawn()
             .unwrap();
+        // READY comes with "serving model … on ADDR" or "degraded: … on ADDR".
         let mut buf = [0u8; 512];
         let addr = loop {
             let n = notify.recv(&mut buf).expect("READY within two minutes");
             let message = String::from_utf8_lossy(&buf[..n]).into_owned();
-            if let Some(status) = message.strip_prefix("READY=1\nSTATUS=serving model u2netp on ") {
-                break status.trim().parse().unwrap();
+            if message.starts_with("READY=1\n") {
+                let (_, addr) = message.rsplit_once(" on ").expect("an address");
+                break addr.trim().parse().unwrap();
             }
         };
-        Server { child, addr, log }
+        Server {
+            child,
+            addr,
+            log,
+            _log_dir: log_dir,
+        }
     }
 
     /// The resident set now, in KiB.

@@ -219,3 +219,53 @@ fn the_appliance_is_found_by_dns_sd_on_loopback() {
     }
     let _ = browser.shutdown();
 }
+
+#[test]
+fn a_corrupt_model_leaves_the_server_up_answering_503_with_the_led_blinking_fast() {
+    use crate::helpers::*;
+    let models = tempfile::tempdir().unwrap();
+    let mut weights = std::fs::read(models_dir().join("u2netp.onnx")).unwrap();
+    let middle = weights.len() / 2;
+    weights[middle] ^= 0xFF;
+    std::fs::write(models.path().join("u2netp.onnx"), weights).unwrap();
+    let led = tempfile::tempdir().unwrap();
+    std::fs::write(led.path().join("max_brightness"), "255\n").unwrap();
+    std::fs::write(led.path().join("trigger"), "none\n").unwrap();
+    std::fs::write(led.path().join("brightness"), "0\n").unwrap();
+    let env = [
+        ("CUTOUT_LED_BACKEND", "sysfs".to_owned()),
+        ("CUTOUT_LED_SYSFS_PATH", led.path().display().to_string()),
+    ];
+    let data = tempfile::tempdir().unwrap();
+    let key = cli_account(data.path(), "acme", "pro");
+    let server = Server::start_with(data.path(), models.path(), "warn", &[], &env);
+
+    let ready = request(server.addr, "GET", "/readyz", &[], b"");
+    assert_eq!(ready.status, 503);
+    assert!(ready.text().contains("sha256"), "{}", ready.text());
+    let reply = post_form(
+        server.addr,
+        Some(&key),
+        Multipart::new().file("image_file", &jpeg(64, 48)),
+    );
+    assert_eq!(
+        (reply.status, reply.error_code().as_str()),
+        (503, "service_unavailable")
+    );
+    // Degraded is a 4 Hz blink: eight changes a second (starting is 1 Hz).
+    let mut changes = 0;
+    let mut last = String::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        let now = std::fs::read_to_string(led.path().join("brightness")).unwrap();
+        changes += usize::from(now != last);
+        last = now;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(changes >= 8, "{changes} LED changes in 1.5 s");
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(
+        log.contains("u2netp"),
+        "the log says the model failed: {log}"
+    );
+}
