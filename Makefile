@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: run test models onnxruntime bench build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb clean
+.PHONY: run test models onnxruntime bench build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -79,6 +79,24 @@ deb-arm64: models
 # The amd64 package installed in a fresh Debian 12 chroot and used there.
 test-deb: deb
 	sh packaging/test-install.sh target/debian/cutout_*_amd64.deb ../shared/eval/dev/grabcut/images/106024.jpg
+
+# 30 minutes of 4 clients over 3 accounts and all three sizes against the
+# binary: only 200s, memory and open files flat (tests/api/soak.rs; `make
+# test` runs it for 2 minutes). CUTOUT_SOAK_ENGINE=tract soaks tract.
+soak: models onnxruntime
+	CUTOUT_SOAK_SECS=1800 $(CARGO) test --test api soak -- --nocapture
+
+# cargo-fuzz (nightly) on the multipart parser and the decoder, FUZZ_SECS
+# each, from the seed corpus examples/fuzz_seeds.rs writes. A crash is saved
+# under fuzz/artifacts/; make it a regression test.
+FUZZ_SECS ?= 600
+fuzz:
+	command -v cargo-fuzz >/dev/null || cargo +nightly install cargo-fuzz --locked
+	$(CARGO) run --example fuzz_seeds -- fuzz/corpus
+	for target in multipart decode; do \
+		cargo +nightly fuzz run $$target fuzz/corpus/$$target -- \
+			-max_total_time=$(FUZZ_SECS) -timeout=10 -rss_limit_mb=2048 || exit 1; \
+	done
 
 clean:
 	$(CARGO) clean
