@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: run test models onnxruntime bench build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb soak fuzz clean
+.PHONY: run test models onnxruntime bench build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -35,7 +35,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-test: models onnxruntime lint
+test: models onnxruntime lint deny
 	$(CARGO) test
 	$(MAKE) e2e unit-check test-aarch64 test-deb
 
@@ -79,6 +79,20 @@ deb-arm64: models
 # The amd64 package installed in a fresh Debian 12 chroot and used there.
 test-deb: deb
 	sh packaging/test-install.sh target/debian/cutout_*_amd64.deb ../shared/eval/dev/grabcut/images/106024.jpg
+
+# RustSec advisories, banned crates and licences (deny.toml), against the
+# advisory database bundled beside the checkout: nothing is fetched. The
+# directory name is the one cargo-deny derives from its default database URL.
+ADVISORY_DB := target/advisory-dbs/advisory-db-3157b0e258782691
+deny:
+	command -v cargo-deny >/dev/null || $(FAST_INSTALL) cargo install cargo-deny --locked --version 0.20.2
+	rm -rf $(ADVISORY_DB)
+	git -c advice.detachedHead=false -c init.defaultBranch=main clone -q ../shared/rustsec-advisory-db.bundle $(ADVISORY_DB)
+	$(CARGO) deny --offline check advisories bans licenses
+
+# A checker's speed does not matter; its build time does (3 min, not 10).
+FAST_INSTALL := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+	CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_DEBUG=0
 
 # 30 minutes of 4 clients over 3 accounts and all three sizes against the
 # binary: only 200s, memory and open files flat (tests/api/soak.rs; `make
