@@ -8,19 +8,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// One call; true only for a complete 200 whose body is a PNG, which is
-/// what a client keeps (and so what it may be charged for).
-fn served(addr: SocketAddr, request: &[u8]) -> bool {
+/// One call: `None` when nothing listens (the server is down, so no
+/// request was made), else whether it got a complete 200 whose body is a
+/// PNG, which is what a client keeps (and so what it may be charged for).
+fn served(addr: SocketAddr, request: &[u8]) -> Option<bool> {
     let Ok(mut stream) = TcpStream::connect(addr) else {
         std::thread::sleep(Duration::from_millis(50));
-        return false;
+        return None;
     };
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
-    if stream.write_all(request).is_err() {
-        return false;
-    }
+    Some(stream.write_all(request).is_ok() && reply_is_a_png(&mut stream))
+}
+
+fn reply_is_a_png(stream: &mut TcpStream) -> bool {
     let mut response = vec![];
     let _ = stream.read_to_end(&mut response);
     let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -76,8 +78,11 @@ fn kill_9_in_the_middle_of_200_requests_loses_and_doubles_no_charge() {
             std::thread::spawn(move || {
                 while attempts.fetch_add(1, Ordering::SeqCst) < 200 {
                     let to = *addr.lock().unwrap();
-                    if served(to, &request) {
-                        served_per_account[account].fetch_add(1, Ordering::SeqCst);
+                    match served(to, &request) {
+                        // Not a request: the server was down. Try again.
+                        None => _ = attempts.fetch_sub(1, Ordering::SeqCst),
+                        Some(true) => _ = served_per_account[account].fetch_add(1, Ordering::SeqCst),
+                        Some(false) => {}
                     }
                 }
             })

@@ -117,17 +117,24 @@ fn a_model_that_fails_to_load_is_reported_ready_but_degraded() {
     assert!(exit.success());
 }
 
-#[test]
-fn the_sysfs_led_blinks_while_starting_and_is_off_after_a_clean_stop() {
+/// A fake sysfs LED (owned by the mmc0 trigger, as a Pi's is at boot)
+/// and the environment that points the server at it.
+fn fake_led() -> (tempfile::TempDir, Vec<(&'static str, String)>) {
     let led = tempfile::tempdir().unwrap();
     std::fs::write(led.path().join("max_brightness"), "255\n").unwrap();
     std::fs::write(led.path().join("trigger"), "[mmc0] none\n").unwrap();
     std::fs::write(led.path().join("brightness"), "0\n").unwrap();
-    let env = [
+    let env = vec![
         ("CUTOUT_LED_BACKEND", "sysfs".to_owned()),
         ("CUTOUT_LED_SYSFS_PATH", led.path().display().to_string()),
-        ("CUTOUT_LED_IDLE", "dim".to_owned()),
     ];
+    (led, env)
+}
+
+#[test]
+fn the_sysfs_led_blinks_while_starting_and_is_off_after_a_clean_stop() {
+    let (led, mut env) = fake_led();
+    env.push(("CUTOUT_LED_IDLE", "dim".to_owned()));
     let service = Service::start(&crate::helpers::models_dir(), &[], &env);
     service.until("READY=1");
     let brightness = || std::fs::read_to_string(led.path().join("brightness")).unwrap();
@@ -228,14 +235,7 @@ fn a_corrupt_model_leaves_the_server_up_answering_503_with_the_led_blinking_fast
     let middle = weights.len() / 2;
     weights[middle] ^= 0xFF;
     std::fs::write(models.path().join("u2netp.onnx"), weights).unwrap();
-    let led = tempfile::tempdir().unwrap();
-    std::fs::write(led.path().join("max_brightness"), "255\n").unwrap();
-    std::fs::write(led.path().join("trigger"), "none\n").unwrap();
-    std::fs::write(led.path().join("brightness"), "0\n").unwrap();
-    let env = [
-        ("CUTOUT_LED_BACKEND", "sysfs".to_owned()),
-        ("CUTOUT_LED_SYSFS_PATH", led.path().display().to_string()),
-    ];
+    let (led, env) = fake_led();
     let data = tempfile::tempdir().unwrap();
     let key = cli_account(data.path(), "acme", "pro");
     let server = Server::start_with(data.path(), models.path(), "warn", &[], &env);
