@@ -147,6 +147,14 @@ fn hostile_cases(key: &str) -> Vec<Case> {
     )
     .into_bytes();
     lying_length.extend_from_slice(&form);
+    // RFC 7578: a part's own Content-Length is not one of its headers, and
+    // is ignored; the boundary ends the part.
+    let lying_part = [
+        b"--fuzz\r\nContent-Disposition: form-data; name=\"image_file\"; filename=\"a.jpg\"\r\nContent-Length: 999999999\r\n\r\n".to_vec(),
+        jpeg(64, 48),
+        b"\r\n--fuzz--\r\n".to_vec(),
+    ]
+    .concat();
     let long_header = format!(
         "POST /api/remove-bg HTTP/1.1\r\nHost: t\r\nX-Api-Key: {key}\r\nX-Padding: {}\r\n\r\n",
         "a".repeat(9 * 1024)
@@ -191,6 +199,11 @@ fn hostile_cases(key: &str) -> Vec<Case> {
             name: "Content-Length shorter than the form",
             request: lying_length,
             expect: (400, "invalid_request"),
+        },
+        Case {
+            name: "a part declaring a Content-Length of 1 GB",
+            request: raw_post(key, "multipart/form-data; boundary=fuzz", &lying_part),
+            expect: (200, ""),
         },
         Case {
             name: "multipart without a boundary",
