@@ -96,9 +96,9 @@ FAST_INSTALL := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_OPT_LEVEL=
 
 # 30 minutes of 4 clients over 3 accounts and all three sizes against the
 # binary: only 200s, memory and open files flat (tests/api/soak.rs; `make
-# test` runs it for 2 minutes). CUTOUT_SOAK_ENGINE=tract soaks tract.
+# test` runs it for 2 minutes). SOAK_ENGINE=tract soaks tract.
 soak: models onnxruntime
-	CUTOUT_SOAK_SECS=1800 $(CARGO) test --test api soak -- --nocapture
+	SOAK_SECS=1800 $(CARGO) test --test api soak -- --nocapture
 
 # cargo-fuzz (nightly) on the multipart parser and the decoder, FUZZ_SECS
 # each, from the seed corpus examples/fuzz_seeds.rs writes. A crash is saved
