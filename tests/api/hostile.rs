@@ -85,6 +85,14 @@ fn upload(key: &str, name: &'static str, image: &[u8], expect: (u16, &'static st
     }
 }
 
+fn raw(name: &'static str, request: Vec<u8>, expect: (u16, &'static str)) -> Case {
+    Case {
+        name,
+        request,
+        expect,
+    }
+}
+
 fn raw_post(key: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
     let mut raw = format!(
         "POST /api/remove-bg HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Api-Key: {key}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
@@ -190,34 +198,34 @@ fn hostile_cases(key: &str) -> Vec<Case> {
             &png_of_chunks(20_000, 20_000, &[idat(20_000, 20_000, 0)]),
             too_large,
         ),
-        Case {
-            name: "body over 10 MiB sent chunked",
-            request: chunked,
-            expect: (413, "file_too_large"),
-        },
-        Case {
-            name: "Content-Length shorter than the form",
-            request: lying_length,
-            expect: (400, "invalid_request"),
-        },
-        Case {
-            name: "a part declaring a Content-Length of 1 GB",
-            request: raw_post(key, "multipart/form-data; boundary=fuzz", &lying_part),
-            expect: (200, ""),
-        },
-        Case {
-            name: "multipart without a boundary",
-            request: raw_post(key, "multipart/form-data", &form),
-            expect: (400, "invalid_request"),
-        },
-        Case {
-            name: "multipart with a boundary the body never uses",
-            request: raw_post(key, "multipart/form-data; boundary=nothere", &form),
-            expect: (400, "invalid_request"),
-        },
-        Case {
-            name: "two image_file parts",
-            request: raw_post(
+        raw(
+            "body over 10 MiB sent chunked",
+            chunked,
+            (413, "file_too_large"),
+        ),
+        raw(
+            "Content-Length shorter than the form",
+            lying_length,
+            (400, "invalid_request"),
+        ),
+        raw(
+            "a part declaring a Content-Length of 1 GB",
+            raw_post(key, "multipart/form-data; boundary=fuzz", &lying_part),
+            (200, ""),
+        ),
+        raw(
+            "multipart without a boundary",
+            raw_post(key, "multipart/form-data", &form),
+            (400, "invalid_request"),
+        ),
+        raw(
+            "multipart with a boundary the body never uses",
+            raw_post(key, "multipart/form-data; boundary=nothere", &form),
+            (400, "invalid_request"),
+        ),
+        raw(
+            "two image_file parts",
+            raw_post(
                 key,
                 &Multipart::new().content_type(),
                 &Multipart::new()
@@ -225,18 +233,18 @@ fn hostile_cases(key: &str) -> Vec<Case> {
                     .file("image_file", &jpeg(8, 8))
                     .body(),
             ),
-            expect: (400, "invalid_request"),
-        },
-        Case {
-            name: "a 9 KiB header line",
-            request: long_header.into_bytes(),
-            expect: (431, "request_header_fields_too_large"),
-        },
-        Case {
-            name: "a 64 KiB request line",
-            request: long_line.into_bytes(),
-            expect: (431, "request_header_fields_too_large"),
-        },
+            (400, "invalid_request"),
+        ),
+        raw(
+            "a 9 KiB header line",
+            long_header.into_bytes(),
+            (431, "request_header_fields_too_large"),
+        ),
+        raw(
+            "a 64 KiB request line",
+            long_line.into_bytes(),
+            (431, "request_header_fields_too_large"),
+        ),
         // Data past what the image needs, and metadata nobody reads, do not
         // make a photo unusable: the decoder stops at the last row and
         // inflates an ICC profile only up to 32 MiB before dropping it.
