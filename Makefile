@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: run test models onnxruntime bench build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: run test models onnxruntime bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -30,6 +30,12 @@ build:
 bench: models onnxruntime
 	$(CARGO) build --release
 	python3 bench/bench.py $(BENCH_ARGS)
+
+# Cut-out quality on ../shared/eval/dev next to the peers' reference
+# figures (bench/eval.py; about 10 minutes). Cut-outs: target/eval/.
+eval: models onnxruntime
+	$(CARGO) build --release
+	python3 bench/eval.py $(EVAL_ARGS)
 
 lint:
 	$(CARGO) fmt --all -- --check

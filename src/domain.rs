@@ -1,5 +1,5 @@
 //! Values parsed at the edge into types that cannot hold bad ones: account
-//! and plan names, API keys, the `size` field, the billing month.
+//! and plan names, API keys, the `size` and `type` fields, the billing month.
 
 use crate::secrets::{random_hex, sha256_hex};
 use std::fmt;
@@ -21,6 +21,28 @@ impl SizeMode {
             "auto" => Some(SizeMode::Auto),
             "preview" => Some(SizeMode::Preview),
             "full" => Some(SizeMode::Full),
+            _ => None,
+        }
+    }
+}
+
+/// The `type` form field: which model makes the matte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectType {
+    /// The configured default model.
+    Auto,
+    /// People: the manifest's `person` model (MODNet, soft hair edges).
+    Person,
+    /// Anything: the manifest's `general` model (IS-Net).
+    General,
+}
+
+impl SubjectType {
+    pub fn parse(s: &str) -> Option<SubjectType> {
+        match s {
+            "auto" => Some(SubjectType::Auto),
+            "person" => Some(SubjectType::Person),
+            "general" => Some(SubjectType::General),
             _ => None,
         }
     }
@@ -230,6 +252,11 @@ mod tests {
         assert_eq!(SizeMode::parse("full"), Some(SizeMode::Full));
         assert_eq!(SizeMode::parse("Full"), None);
         assert_eq!(SizeMode::parse(""), None);
+        assert_eq!(SubjectType::parse("auto"), Some(SubjectType::Auto));
+        assert_eq!(SubjectType::parse("person"), Some(SubjectType::Person));
+        assert_eq!(SubjectType::parse("general"), Some(SubjectType::General));
+        assert_eq!(SubjectType::parse("Person"), None);
+        assert_eq!(SubjectType::parse("car"), None);
     }
 
     proptest! {

@@ -21,6 +21,8 @@ pub enum ApiError {
     MissingImageFile,
     #[error("invalid size")]
     InvalidSize,
+    #[error("invalid type")]
+    InvalidType,
     #[error("invalid image: {0}")]
     InvalidImage(String),
     #[error("image too large: {width}x{height}")]
@@ -63,6 +65,7 @@ pub struct Documented {
 pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part." },
     Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full." },
+    Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general." },
     Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
     Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels." },
     Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
@@ -102,6 +105,7 @@ impl ApiError {
             ),
             MissingImageFile => (400, "missing_image_file", "Missing image file"),
             InvalidSize => (400, "invalid_size", "Invalid size"),
+            InvalidType => (400, "invalid_type", "Invalid type"),
             InvalidImage(_) => (400, "invalid_image", "Invalid image"),
             ImageTooLarge { .. } => (400, "image_too_large", "Image too large"),
             ResolutionTooHigh { .. } => (400, "resolution_too_high", "Resolution too high"),
@@ -151,6 +155,7 @@ impl ApiError {
             }
             MissingImageFile => "The multipart form has no image_file part.".into(),
             InvalidSize => "size must be one of auto, preview, full.".into(),
+            InvalidType => "type must be one of auto, person, general.".into(),
             InvalidImage(why) => format!("The image could not be decoded: {why}."),
             ImageTooLarge { width, height } => {
                 format!("The image is {width}x{height}; at most {MAX_PIXELS_DECODED} pixels are accepted.")
@@ -198,6 +203,7 @@ mod tests {
             TooManyConcurrentRequests { limit: 1 },
             MissingImageFile,
             InvalidSize,
+            InvalidType,
             InvalidImage("x".into()),
             ImageTooLarge {
                 width: 1,

@@ -6,15 +6,15 @@ use clap::{Parser, Subcommand};
 use cutout::clock::Clock;
 use cutout::config::{Config, Settings, DEFAULT_CONFIG_FILE};
 use cutout::discovery;
-use cutout::domain::{utc_date, AccountName, Month, SizeMode};
-use cutout::engine::{self, EngineKind, Manifest, Readiness};
+use cutout::domain::{utc_date, AccountName, Month, SizeMode, SubjectType};
+use cutout::engine::{EngineKind, Manifest};
 use cutout::led::{Led, NoLight};
-use cutout::pipeline::Pipeline;
+use cutout::pipeline::{Loader, Pipeline};
 use cutout::secrets::{check_password_policy, hash_password};
 use cutout::store::Store;
 use cutout::systemd::{self, Notifier};
 use cutout::{App, EngineSource};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -69,12 +69,16 @@ enum Command {
     /// The operator's dashboard sign-in.
     #[command(subcommand)]
     Admin(AdminCommand),
-    /// Cut out one image offline, without a key.
+    /// Cut out images offline, without a key: `remove IN OUT.png`, or
+    /// `remove IN... DIR` (each to DIR/<name>.png, the model loaded once).
     Remove {
-        input: PathBuf,
-        output: PathBuf,
+        #[arg(required = true, num_args = 2..)]
+        paths: Vec<PathBuf>,
         #[arg(long, default_value = "auto")]
         size: String,
+        /// auto (the configured model), person or general.
+        #[arg(long = "type", default_value = "auto")]
+        subject: String,
         #[arg(long)]
         model: Option<String>,
         /// tract or onnxruntime [env: CUTOUT_ENGINE; default: tract].
@@ -315,11 +319,14 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Remove {
-            input,
-            output,
+            mut paths,
             size,
+            subject,
             ..
-        } => remove(&settings, &input, &output, &size),
+        } => {
+            let output = paths.pop().expect("clap requires two paths");
+            remove(&settings, &paths, &output, &size, &subject)
+        }
     }
 }
 
@@ -426,40 +433,65 @@ fn print_demo_key(store: &Store, addr: std::net::SocketAddr) -> Result<()> {
     Ok(())
 }
 
-fn remove(settings: &Settings, input: &PathBuf, output: &PathBuf, size: &str) -> Result<()> {
+fn remove(
+    settings: &Settings,
+    inputs: &[PathBuf],
+    output: &Path,
+    size: &str,
+    subject: &str,
+) -> Result<()> {
     let size =
         SizeMode::parse(size).ok_or_else(|| anyhow!("--size must be auto, preview or full"))?;
-    let spec = Manifest::builtin()
-        .require(settings.model.as_deref())?
-        .clone();
-    let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
-    let started = Instant::now();
-    let engine = engine::load(&spec, &settings.models_dir, &settings.engine)?;
-    let loaded = started.elapsed();
-    let pipeline = Pipeline::new(spec, 1, 0, u64::MAX);
-    pipeline.inference.set(Readiness::Ready(engine));
-    let started = Instant::now();
-    let place = pipeline.queue.join(0).expect("an empty queue has room");
-    let cut = pipeline
-        .cut_out(place, &bytes, size)
-        .map_err(|e| anyhow!("{}: {}", e.code(), e.detail()))?;
-    let took = started.elapsed();
-    std::fs::write(output, &cut.png).with_context(|| format!("writing {}", output.display()))?;
-    let steps: Vec<String> = cut
-        .timings
-        .iter()
-        .map(|(step, t)| format!("{step} {:.0} ms", t.as_secs_f64() * 1000.0))
-        .collect();
-    eprintln!(
-        "wrote {} ({}x{}): model {} loaded on {} in {:.2} s, image took {:.2} s ({})",
-        output.display(),
-        cut.width,
-        cut.height,
-        pipeline.spec.name,
-        pipeline.inference.engine_name().unwrap_or("?"),
-        loaded.as_secs_f64(),
-        took.as_secs_f64(),
-        steps.join(", ")
-    );
+    let subject = SubjectType::parse(subject)
+        .ok_or_else(|| anyhow!("--type must be auto, person or general"))?;
+    let into_dir = inputs.len() > 1 || output.is_dir();
+    if inputs.len() > 1 && !output.is_dir() {
+        bail!(
+            "{} must be a folder when there are several inputs",
+            output.display()
+        );
+    }
+    let models = Manifest::builtin().models_for(settings.model.as_deref())?;
+    let loader = Loader {
+        models_dir: settings.models_dir.clone(),
+        engine: settings.engine.clone(),
+    };
+    let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
+    for input in inputs {
+        let output = if into_dir {
+            let stem = input.file_stem().unwrap_or(input.as_os_str());
+            output.join(stem).with_extension("png")
+        } else {
+            output.to_path_buf()
+        };
+        let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
+        let started = Instant::now();
+        let place = pipeline.queue.join(0).expect("an empty queue has room");
+        let cut = pipeline
+            .cut_out(place, &bytes, size, subject)
+            .map_err(|e| anyhow!("{}: {}: {}", input.display(), e.code(), e.detail()))?;
+        let took = started.elapsed();
+        std::fs::write(&output, &cut.png)
+            .with_context(|| format!("writing {}", output.display()))?;
+        let steps: Vec<String> = cut
+            .timings
+            .iter()
+            .map(|(step, t)| format!("{step} {:.0} ms", t.as_secs_f64() * 1000.0))
+            .collect();
+        eprintln!(
+            "wrote {} ({}x{}) with {} on {} in {:.2} s ({})",
+            output.display(),
+            cut.width,
+            cut.height,
+            cut.model,
+            pipeline
+                .model(subject)
+                .inference
+                .engine_name()
+                .unwrap_or("?"),
+            took.as_secs_f64(),
+            steps.join(", ")
+        );
+    }
     Ok(())
 }

@@ -2,18 +2,21 @@
 //! in the alpha channel, encode. The API and `cutout remove` share it, and
 //! its work queue is the server-wide back-pressure.
 
-use crate::domain::SizeMode;
-use crate::engine::preprocess::{input_size, matte_from_output, to_tensor};
-use crate::engine::{InferError, Inference, ModelSpec};
+use crate::domain::{SizeMode, SubjectType};
+use crate::engine::preprocess::{matte_from_output, placement, to_tensor};
+use crate::engine::{self, EngineChoice, InferError, Inference, ModelSpec, Readiness};
 use crate::error::ApiError;
 use crate::imaging::{self, DecodeError, GeometryError};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::path::PathBuf;
+use std::sync::{Condvar, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 pub struct CutOut {
     pub png: Vec<u8>,
     pub width: u32,
     pub height: u32,
+    /// The model that made the matte.
+    pub model: String,
     /// Each step and how long it took, in order (the `Server-Timing` header).
     pub timings: Vec<(&'static str, Duration)>,
 }
@@ -40,40 +43,139 @@ impl Stopwatch {
     }
 }
 
-pub struct Pipeline {
+/// A model and the workers that run it.
+pub struct Model {
     pub spec: ModelSpec,
     pub inference: Inference,
+    loading: Once,
+}
+
+/// Where models named by `type` are loaded from on first use.
+pub struct Loader {
+    pub models_dir: PathBuf,
+    pub engine: EngineChoice,
+}
+
+/// The models a request's `type` can pick.
+pub struct Models {
+    pub auto: ModelSpec,
+    pub person: ModelSpec,
+    pub general: ModelSpec,
+}
+
+impl Models {
+    /// One model for every type.
+    pub fn one(spec: ModelSpec) -> Models {
+        Models {
+            auto: spec.clone(),
+            person: spec.clone(),
+            general: spec,
+        }
+    }
+}
+
+pub struct Pipeline {
+    /// `type=auto`'s model first, then any other `type` names.
+    pub models: Vec<Model>,
+    person: usize,
+    general: usize,
+    /// `None`: every model is set by the caller (`Inference::set`).
+    loader: Option<Loader>,
     pub queue: WorkQueue,
 }
 
 impl Pipeline {
-    /// `inference_workers` threads run the model; beside them one more
+    /// `inference_workers` threads per model run it; beside them one more
     /// request may decode or encode, `queue_capacity` may wait, and the
-    /// uploads held at once stay within `upload_buffer` bytes.
+    /// uploads held at once stay within `upload_buffer` bytes. The models
+    /// other than `type=auto`'s are loaded by `loader` on first use.
     pub fn new(
-        spec: ModelSpec,
+        models: Models,
+        loader: Option<Loader>,
         inference_workers: usize,
         queue_capacity: usize,
         upload_buffer: u64,
     ) -> Pipeline {
+        let mut list: Vec<Model> = Vec::new();
+        let mut index = |spec: ModelSpec| match list.iter().position(|m| m.spec.name == spec.name) {
+            Some(i) => i,
+            None => {
+                list.push(Model {
+                    spec,
+                    inference: Inference::start(inference_workers),
+                    loading: Once::new(),
+                });
+                list.len() - 1
+            }
+        };
+        index(models.auto);
+        let person = index(models.person);
+        let general = index(models.general);
         Pipeline {
-            spec,
-            inference: Inference::start(inference_workers),
+            models: list,
+            person,
+            general,
+            loader,
             queue: WorkQueue::new(inference_workers + 1, queue_capacity, upload_buffer),
         }
     }
 
-    /// Cuts out `bytes`, read while holding `place`.
+    /// `type=auto`'s model: the one the server loads at start.
+    pub fn default_model(&self) -> &Model {
+        &self.models[0]
+    }
+
+    pub fn model(&self, subject: SubjectType) -> &Model {
+        match subject {
+            SubjectType::Auto => &self.models[0],
+            SubjectType::Person => &self.models[self.person],
+            SubjectType::General => &self.models[self.general],
+        }
+    }
+
+    /// `subject`'s model, loaded now if this is its first use. Loading
+    /// takes a moment (seconds for IS-Net on tract); later calls wait for it.
+    fn loaded(&self, subject: SubjectType) -> &Model {
+        let model = self.model(subject);
+        if let Some(loader) = &self.loader {
+            model.loading.call_once(|| {
+                if !matches!(model.inference.ready(), Err(InferError::Loading)) {
+                    return;
+                }
+                let started = Instant::now();
+                match engine::load(&model.spec, &loader.models_dir, &loader.engine) {
+                    Ok(engine) => {
+                        log::info!(
+                            "model {} loaded on {} in {:.2} s",
+                            model.spec.name,
+                            engine.name(),
+                            started.elapsed().as_secs_f64()
+                        );
+                        model.inference.set(Readiness::Ready(engine));
+                    }
+                    Err(e) => {
+                        log::error!("model {} failed to load: {e:#}", model.spec.name);
+                        model.inference.set(Readiness::Failed(format!("{e:#}")));
+                    }
+                }
+            });
+        }
+        model
+    }
+
+    /// Cuts out `bytes`, read while holding `place`, with `subject`'s model.
     pub fn cut_out(
         &self,
         mut place: Place<'_>,
         bytes: &[u8],
         size: SizeMode,
+        subject: SubjectType,
     ) -> Result<CutOut, ApiError> {
         imaging::format_of(bytes)?;
         let mut watch = Stopwatch::start();
         place.wait_for_turn();
         watch.lap("queue");
+        let model = self.loaded(subject);
         let original = imaging::decode(bytes)?;
         watch.lap("decode");
         let (w, h) = (original.width(), original.height());
@@ -84,12 +186,15 @@ impl Pipeline {
             },
         })?;
 
-        let (in_w, in_h) = input_size(self.spec.input, w, h);
-        let model_input = imaging::resize(&original, in_w, in_h);
-        let tensor = to_tensor(&model_input, &self.spec.normalise);
+        let spec = &model.spec;
+        let place = placement(spec.input, w, h);
+        let (in_w, in_h) = place.input;
+        let (image_w, image_h) = place.image_size();
+        let model_input = imaging::resize(&original, image_w, image_h);
+        let tensor = to_tensor(&model_input, &spec.normalise, place);
         drop(model_input);
         watch.lap("prepare");
-        let output = self
+        let output = model
             .inference
             .run(tensor, in_w, in_h)
             .map_err(|e| match e {
@@ -97,8 +202,8 @@ impl Pipeline {
                 InferError::Run(cause) => ApiError::Internal(cause),
             })?;
         watch.lap("model");
-        let matte = matte_from_output(&output, self.spec.output);
-        let matte = imaging::resize_gray(&matte, (in_w, in_h), (out_w, out_h));
+        let matte = matte_from_output(&output, spec, place);
+        let matte = imaging::resize_gray(&matte, (image_w, image_h), (out_w, out_h));
 
         let kept = if (out_w, out_h) == (w, h) {
             original
@@ -114,6 +219,7 @@ impl Pipeline {
             png,
             width: out_w,
             height: out_h,
+            model: spec.name.clone(),
             timings: watch.laps,
         })
     }

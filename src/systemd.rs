@@ -122,10 +122,10 @@ pub fn supervise(
     notifier: Notifier,
     watchdog: Option<Duration>,
 ) {
-    let model = state.pipeline.spec.name.clone();
+    let model = state.pipeline.default_model().spec.name.clone();
     notifier.status(&format!("loading model {model}"));
     loop {
-        match state.pipeline.inference.ready() {
+        match state.pipeline.default_model().inference.ready() {
             Err(InferError::Loading) => std::thread::sleep(Duration::from_millis(50)),
             Ok(()) => break notifier.ready(&format!("serving model {model} on {addr}")),
             Err(e) => break notifier.ready(&format!("degraded: {e}; answering 503 on {addr}")),

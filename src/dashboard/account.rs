@@ -123,6 +123,12 @@ pub fn try_page(
                 option value="preview" { "preview: at most 0.25 MP" }
                 option value="full" { "full: photo's size, refused above 25 MP" }
             }
+            label for="type" { "Subject" }
+            select #type name="type" {
+                option value="auto" selected { "auto: the appliance's default model" }
+                option value="person" { "person: MODNet, soft hair edges" }
+                option value="general" { "general: IS-Net, any object" }
+            }
             (field_error("try-error", error))
             button type="submit" { "Remove background" }
         }

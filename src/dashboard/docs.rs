@@ -50,6 +50,17 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                                 }
                             }
                         }
+                        tr {
+                            td { "form field" } td { code { "type" } }
+                            td {
+                                "Optional, default " code { "auto" } ". Which model makes the matte; any other value is refused with " code { "invalid_type" } "."
+                                ul {
+                                    li { code { "auto" } ": the appliance's configured model (IS-Net unless the operator chose another)." }
+                                    li { code { "person" } ": MODNet, for people: soft edges in hair, but objects beside the person are dropped." }
+                                    li { code { "general" } ": IS-Net, for any object, person or animal." }
+                                }
+                            }
+                        }
                     }
                 }
             }

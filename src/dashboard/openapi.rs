@@ -92,7 +92,9 @@ pub fn document(version: &str) -> Value {
                         "image_file": { "type": "string", "contentMediaType": "application/octet-stream",
                             "description": format!("JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes and 50 megapixels.") },
                         "size": { "type": "string", "enum": ["auto", "preview", "full"], "default": "auto",
-                            "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP." }
+                            "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP." },
+                        "type": { "type": "string", "enum": ["auto", "person", "general"], "default": "auto",
+                            "description": "Which model makes the matte. auto: the appliance's configured model; person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object)." }
                     }
                 },
                 "encoding": { "image_file": { "contentType": "image/jpeg, image/png, image/webp" } }

@@ -9,6 +9,9 @@ const MANIFEST: &str = include_str!("../../models/manifest.toml");
 #[derive(Debug, Deserialize)]
 pub struct Manifest {
     pub default: String,
+    /// The models the request field `type=person` and `type=general` pick.
+    pub person: String,
+    pub general: String,
     #[serde(rename = "model")]
     pub models: Vec<ModelSpec>,
     pub onnxruntime: RuntimeSpec,
@@ -49,6 +52,10 @@ pub struct ModelSpec {
     pub input: InputSpec,
     pub normalise: Normalise,
     pub output: OutputKind,
+    /// Output levels `[low, high]`: alpha at or below `low` becomes 0, at or
+    /// above `high` 1, linear between (a calibration measured with `make eval`).
+    #[serde(default)]
+    pub levels: Option<[f32; 2]>,
     /// Stored in fp16: both engines run it in f32.
     pub fp16: bool,
 }
@@ -58,9 +65,23 @@ pub struct ModelSpec {
 pub enum InputSpec {
     /// A fixed square (or rectangle) the image is stretched to.
     Squash { width: u32, height: u32 },
+    /// A fixed size the image is scaled to fit, aspect kept, centred on grey.
+    Letterbox { width: u32, height: u32 },
     /// Aspect kept: the short side scaled to `short_side`, both sides
     /// rounded to a multiple of `multiple`.
     Aspect { short_side: u32, multiple: u32 },
+}
+
+impl InputSpec {
+    /// The one input size of a fixed-size model.
+    pub fn fixed_size(self) -> Option<(u32, u32)> {
+        match self {
+            InputSpec::Squash { width, height } | InputSpec::Letterbox { width, height } => {
+                Some((width, height))
+            }
+            InputSpec::Aspect { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -111,6 +132,15 @@ impl Manifest {
         })
     }
 
+    /// The models for each `type`, with `auto` the one named (or the default).
+    pub fn models_for(&self, auto: Option<&str>) -> anyhow::Result<crate::pipeline::Models> {
+        Ok(crate::pipeline::Models {
+            auto: self.require(auto)?.clone(),
+            person: self.require(Some(&self.person))?.clone(),
+            general: self.require(Some(&self.general))?.clone(),
+        })
+    }
+
     pub fn names(&self) -> Vec<&str> {
         self.models.iter().map(|m| m.name.as_str()).collect()
     }
@@ -125,6 +155,11 @@ mod tests {
         let m = Manifest::builtin();
         assert_eq!(m.names(), ["isnet", "modnet", "u2netp"]);
         assert_eq!(m.model(None).unwrap().name, "isnet");
+        let models = m.models_for(Some("u2netp")).unwrap();
+        assert_eq!(
+            [models.auto.name, models.person.name, models.general.name],
+            ["u2netp", "modnet", "isnet"]
+        );
         assert!(m.model(Some("nope")).is_none());
         assert!(
             m.onnxruntime.sha256_here().is_some(),

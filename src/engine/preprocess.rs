@@ -1,16 +1,53 @@
 //! Pure functions between pixels and tensors, tested without a model.
 
-use super::manifest::{InputSpec, Normalise, OutputKind, Scale};
+use super::manifest::{InputSpec, ModelSpec, Normalise, OutputKind, Scale};
 use image::DynamicImage;
 
 /// Longest side a kept-aspect model input may have, in units of its short
 /// side: a 10:1 panorama is squashed to 4:1 rather than run at 5120 pixels.
 const MAX_ASPECT: u32 = 4;
 
-/// The model input's width and height for an image of `width`×`height`.
-pub fn input_size(spec: InputSpec, width: u32, height: u32) -> (u32, u32) {
+/// Where an image goes in the model's input: the input's size, and the
+/// rectangle the scaled image fills (the rest is padding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub input: (u32, u32),
+    /// x, y, width, height.
+    pub image: (u32, u32, u32, u32),
+}
+
+impl Placement {
+    fn whole(width: u32, height: u32) -> Placement {
+        Placement {
+            input: (width, height),
+            image: (0, 0, width, height),
+        }
+    }
+
+    /// The image's size inside the input.
+    pub fn image_size(&self) -> (u32, u32) {
+        (self.image.2, self.image.3)
+    }
+}
+
+/// Where an image of `width`×`height` goes in the model's input.
+pub fn placement(spec: InputSpec, width: u32, height: u32) -> Placement {
     match spec {
-        InputSpec::Squash { width, height } => (width, height),
+        InputSpec::Squash { width, height } => Placement::whole(width, height),
+        InputSpec::Letterbox {
+            width: in_w,
+            height: in_h,
+        } => {
+            let scale =
+                (f64::from(in_w) / f64::from(width)).min(f64::from(in_h) / f64::from(height));
+            let fit =
+                |side: u32, bound: u32| ((f64::from(side) * scale).round() as u32).clamp(1, bound);
+            let (w, h) = (fit(width, in_w), fit(height, in_h));
+            Placement {
+                input: (in_w, in_h),
+                image: ((in_w - w) / 2, (in_h - h) / 2, w, h),
+            }
+        }
         InputSpec::Aspect {
             short_side,
             multiple,
@@ -28,21 +65,21 @@ pub fn input_size(spec: InputSpec, width: u32, height: u32) -> (u32, u32) {
             let short_in = floor(f64::from(short) * scale);
             let long_in = floor(f64::from(long) * scale).min(short_in * MAX_ASPECT);
             if width <= height {
-                (short_in, long_in)
+                Placement::whole(short_in, long_in)
             } else {
-                (long_in, short_in)
+                Placement::whole(long_in, short_in)
             }
         }
     }
 }
 
-/// NCHW f32 planes of an 8-bit RGB or RGBA image already at the model's
-/// input size (alpha is not the model's business).
-pub fn to_tensor(image: &DynamicImage, norm: &Normalise) -> Vec<f32> {
+/// NCHW f32 planes of the model input: `image` (8-bit RGB or RGBA, already
+/// at `place`'s image size; alpha is not the model's business) on mid grey.
+pub fn to_tensor(image: &DynamicImage, norm: &Normalise, place: Placement) -> Vec<f32> {
     let channels = usize::from(image.color().channel_count());
     debug_assert!(image.color().bytes_per_pixel() as usize == channels && channels >= 3);
+    debug_assert_eq!((image.width(), image.height()), place.image_size());
     let pixels = image.as_bytes().chunks_exact(channels);
-    let plane = pixels.len();
     let divisor = match norm.scale {
         Scale::Fixed255 => 255.0,
         Scale::ImageMax => {
@@ -55,40 +92,74 @@ pub fn to_tensor(image: &DynamicImage, norm: &Normalise) -> Vec<f32> {
             f32::from(max.max(1))
         }
     };
+    let (in_w, in_h) = (place.input.0 as usize, place.input.1 as usize);
+    let (x0, y0, w) = (
+        place.image.0 as usize,
+        place.image.1 as usize,
+        place.image.2 as usize,
+    );
+    let plane = in_w * in_h;
     let mut out = vec![0f32; plane * 3];
+    for c in 0..3 {
+        let grey = (0.5 - norm.mean[c]) / norm.std[c];
+        out[c * plane..(c + 1) * plane].fill(grey);
+    }
     for (i, px) in pixels.enumerate() {
+        let at = (y0 + i / w) * in_w + x0 + i % w;
         for c in 0..3 {
-            out[c * plane + i] = (f32::from(px[c]) / divisor - norm.mean[c]) / norm.std[c];
+            out[c * plane + at] = (f32::from(px[c]) / divisor - norm.mean[c]) / norm.std[c];
         }
     }
     out
 }
 
-/// The model's first output as a one-byte-a-pixel matte.
-pub fn matte_from_output(values: &[f32], kind: OutputKind) -> Vec<u8> {
-    normalised(values, kind)
-        .map(|v| (v * 255.0).round() as u8)
-        .collect()
+/// The model's first output as a one-byte-a-pixel matte of the image's
+/// part of the input.
+pub fn matte_from_output(values: &[f32], spec: &ModelSpec, place: Placement) -> Vec<u8> {
+    let (x0, y0, w, h) = place.image;
+    let row = place.input.0 as usize;
+    let rows = (y0 as usize..(y0 + h) as usize)
+        .flat_map(|y| &values[y * row + x0 as usize..y * row + (x0 + w) as usize]);
+    let range = output_range(values, spec.output);
+    let [low, high] = spec.levels.unwrap_or([0.0, 1.0]);
+    rows.map(|&v| {
+        let alpha = range.unit(v);
+        (((alpha - low) / (high - low)).clamp(0.0, 1.0) * 255.0).round() as u8
+    })
+    .collect()
 }
 
-/// The model's output as alpha in [0, 1]: clamped, or stretched so that
-/// its minimum is 0 and its maximum 1.
-pub fn normalised(values: &[f32], kind: OutputKind) -> impl Iterator<Item = f32> + '_ {
-    let (lo, hi) = match kind {
+/// What the model's raw values map onto alpha 0 and 1.
+#[derive(Clone, Copy)]
+pub struct OutputRange {
+    low: f32,
+    span: f32,
+}
+
+impl OutputRange {
+    /// `v` as alpha in [0, 1].
+    pub fn unit(self, v: f32) -> f32 {
+        ((v - self.low) / self.span).clamp(0.0, 1.0)
+    }
+}
+
+/// The output as it is (`Unit`), or stretched so that its minimum is 0 and
+/// its maximum 1 (`Minmax`).
+pub fn output_range(values: &[f32], kind: OutputKind) -> OutputRange {
+    let (low, high) = match kind {
         OutputKind::Unit => (0.0, 1.0),
         OutputKind::Minmax => values
             .iter()
             .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v))),
     };
-    let range = if hi > lo { hi - lo } else { 1.0 };
-    values
-        .iter()
-        .map(move |&v| ((v - lo) / range).clamp(0.0, 1.0))
+    let span = if high > low { high - low } else { 1.0 };
+    OutputRange { low, span }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Manifest;
 
     #[test]
     fn aspect_inputs_scale_the_short_side_unless_the_image_straddles_it() {
@@ -96,30 +167,48 @@ mod tests {
             short_side: 512,
             multiple: 32,
         };
-        assert_eq!(input_size(spec, 4000, 3000), (672, 512));
-        assert_eq!(input_size(spec, 3000, 4000), (512, 672));
-        assert_eq!(input_size(spec, 100, 100), (512, 512));
+        let size = |w, h| placement(spec, w, h).input;
+        assert_eq!(size(4000, 3000), (672, 512));
+        assert_eq!(size(3000, 4000), (512, 672));
+        assert_eq!(size(100, 100), (512, 512));
         assert_eq!(
-            input_size(spec, 10_000, 100),
+            size(10_000, 100),
             (384, 96),
             "at its own height, 4:1 at most"
         );
-        assert_eq!(input_size(spec, 640, 480), (640, 480), "never upscaled");
-        assert_eq!(input_size(spec, 800, 497), (800, 480));
+        assert_eq!(size(640, 480), (640, 480), "never upscaled");
+        assert_eq!(size(800, 497), (800, 480));
+        assert_eq!(size(300, 200), (768, 512), "too small: scaled up");
         assert_eq!(
-            input_size(spec, 300, 200),
-            (768, 512),
-            "too small: scaled up"
+            placement(spec, 800, 497).image,
+            (0, 0, 800, 480),
+            "the image fills the input"
         );
-        let fixed = InputSpec::Squash {
-            width: 1024,
-            height: 1024,
-        };
-        assert_eq!(input_size(fixed, 4000, 3000), (1024, 1024));
     }
 
     #[test]
-    fn tensors_are_planar_and_normalised() {
+    fn fixed_inputs_squash_or_letterbox() {
+        let squash = InputSpec::Squash {
+            width: 1024,
+            height: 1024,
+        };
+        assert_eq!(placement(squash, 4000, 3000).image, (0, 0, 1024, 1024));
+        let letterbox = InputSpec::Letterbox {
+            width: 1024,
+            height: 1024,
+        };
+        assert_eq!(placement(letterbox, 4000, 3000).image, (0, 128, 1024, 768));
+        assert_eq!(placement(letterbox, 480, 640).image, (128, 0, 768, 1024));
+        assert_eq!(placement(letterbox, 1024, 1024).image, (0, 0, 1024, 1024));
+        assert_eq!(
+            placement(letterbox, 20_000, 1).image,
+            (0, 511, 1024, 1),
+            "never an empty image"
+        );
+    }
+
+    #[test]
+    fn tensors_are_planar_normalised_and_padded_with_grey() {
         let rgba = image::RgbaImage::from_raw(2, 1, vec![255, 0, 51, 255, 0, 255, 102, 9]).unwrap();
         let img = DynamicImage::ImageRgba8(rgba);
         let norm = Normalise {
@@ -127,33 +216,73 @@ mod tests {
             mean: [0.5; 3],
             std: [0.5; 3],
         };
-        let close = |got: Vec<f32>, want: [f32; 6]| {
+        let close = |got: Vec<f32>, want: &[f32]| {
             assert!(
-                got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6),
+                got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-6),
                 "{got:?} vs {want:?}"
             );
         };
-        close(to_tensor(&img, &norm), [1.0, -1.0, -1.0, 1.0, -0.6, -0.2]);
+        let whole = Placement::whole(2, 1);
+        close(
+            to_tensor(&img, &norm, whole),
+            &[1.0, -1.0, -1.0, 1.0, -0.6, -0.2],
+        );
         let by_max = Normalise {
             scale: Scale::ImageMax,
             mean: [0.0; 3],
             std: [1.0; 3],
         };
-        close(to_tensor(&img, &by_max), [1.0, 0.0, 0.0, 1.0, 0.2, 0.4]);
+        close(
+            to_tensor(&img, &by_max, whole),
+            &[1.0, 0.0, 0.0, 1.0, 0.2, 0.4],
+        );
         let rgb = DynamicImage::ImageRgb8(img.to_rgb8());
-        close(to_tensor(&rgb, &by_max), [1.0, 0.0, 0.0, 1.0, 0.2, 0.4]);
+        close(
+            to_tensor(&rgb, &by_max, whole),
+            &[1.0, 0.0, 0.0, 1.0, 0.2, 0.4],
+        );
+        let boxed = Placement {
+            input: (2, 2),
+            image: (0, 1, 2, 1),
+        };
+        close(
+            to_tensor(&img, &norm, boxed),
+            &[
+                0.0, 0.0, 1.0, -1.0, 0.0, 0.0, -1.0, 1.0, 0.0, 0.0, -0.6, -0.2,
+            ],
+        );
     }
 
     #[test]
-    fn outputs_become_bytes_clamped_or_stretched() {
+    fn outputs_become_bytes_clamped_stretched_levelled_and_cropped() {
+        let mut spec = Manifest::builtin().require(None).unwrap().clone();
+        spec.levels = None;
+        spec.output = OutputKind::Unit;
+        let row = |n| Placement::whole(n, 1);
         assert_eq!(
-            matte_from_output(&[-0.2, 0.0, 0.5, 1.0, 1.3], OutputKind::Unit),
+            matte_from_output(&[-0.2, 0.0, 0.5, 1.0, 1.3], &spec, row(5)),
             [0, 0, 128, 255, 255]
         );
+        spec.levels = Some([0.1, 0.7]);
         assert_eq!(
-            matte_from_output(&[1.0, 2.0, 3.0], OutputKind::Minmax),
+            matte_from_output(&[0.1, 0.4, 0.7, 0.05, 0.9], &spec, row(5)),
+            [0, 128, 255, 0, 255]
+        );
+        spec.levels = None;
+        spec.output = OutputKind::Minmax;
+        assert_eq!(
+            matte_from_output(&[1.0, 2.0, 3.0], &spec, row(3)),
             [0, 128, 255]
         );
-        assert_eq!(matte_from_output(&[0.3, 0.3], OutputKind::Minmax), [0, 0]);
+        assert_eq!(matte_from_output(&[0.3, 0.3], &spec, row(2)), [0, 0]);
+        let boxed = Placement {
+            input: (3, 2),
+            image: (1, 1, 2, 1),
+        };
+        assert_eq!(
+            matte_from_output(&[9.0, 9.0, 9.0, 9.0, 1.0, 3.0], &spec, boxed),
+            [0, 64],
+            "the image's part, stretched by the whole output's range"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The pure-Rust engine: tract-onnx. The model is parsed once; an optimised
 //! plan is built once per input shape and shared by every worker.
 
-use super::manifest::{InputSpec, ModelSpec};
+use super::manifest::ModelSpec;
 use super::Engine;
 use anyhow::{Context, Result};
 use std::collections::HashMap;
@@ -44,7 +44,7 @@ impl TractEngine {
             plans: Mutex::default(),
         };
         // Fixed-size models get their one plan now, so the first request is not slow.
-        if let InputSpec::Squash { width, height } = spec.input {
+        if let Some((width, height)) = spec.input.fixed_size() {
             engine.plan(width, height)?;
         }
         Ok(engine)

@@ -7,7 +7,7 @@ use super::multipart::{read_form, Form, MAX_BODY_BYTES};
 use super::respond::{self, header, Body};
 use super::session::header_value;
 use super::AppState;
-use crate::domain::{ApiKey, Month, SizeMode};
+use crate::domain::{ApiKey, Month, SizeMode, SubjectType};
 use crate::error::ApiError;
 use crate::limits::{Permit, Refusal};
 use crate::pipeline::{CutOut, Place};
@@ -57,8 +57,9 @@ fn handle(
 
     let (place, form) = read_request_form(state, request)?;
     let size = parse_size(form.size.as_deref())?;
+    let subject = parse_subject(form.subject.as_deref())?;
     let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
-    let done = cut_out_and_charge(state, permit, place, &caller, &image, size)?;
+    let done = cut_out_and_charge(state, permit, place, &caller, &image, size, subject)?;
 
     // Content-Length rather than chunked: clients saving a file like to know its size.
     let mut response = tiny_http::Response::from_data(done.cut.png)
@@ -91,6 +92,7 @@ pub fn admit(state: &AppState, caller: &Caller) -> Result<Permit, ApiError> {
     }
     state
         .pipeline
+        .default_model()
         .inference
         .ready()
         .map_err(|e| ApiError::Unavailable(e.to_string()))?;
@@ -133,6 +135,13 @@ pub fn read_request_form<'s>(
     Ok((place, form))
 }
 
+pub fn parse_subject(subject: Option<&str>) -> Result<SubjectType, ApiError> {
+    match subject {
+        None => Ok(SubjectType::Auto),
+        Some(s) => SubjectType::parse(s.trim()).ok_or(ApiError::InvalidType),
+    }
+}
+
 pub fn parse_size(size: Option<&str>) -> Result<SizeMode, ApiError> {
     match size {
         None => Ok(SizeMode::Auto),
@@ -155,8 +164,9 @@ pub fn cut_out_and_charge(
     caller: &Caller,
     image: &[u8],
     size: SizeMode,
+    subject: SubjectType,
 ) -> Result<Charged, ApiError> {
-    let cut = state.pipeline.cut_out(place, image, size)?;
+    let cut = state.pipeline.cut_out(place, image, size, subject)?;
     let now = state.clock.now_unix();
     let month = Month::of_unix(now);
     let used = permit

@@ -2,7 +2,7 @@
 //! account user's pages and Try it, the API docs, and the embedded assets.
 //! Who may see what is decided here, once per route, from the session.
 
-use super::api::{admit, cut_out_and_charge, parse_size, read_request_form};
+use super::api::{admit, cut_out_and_charge, parse_size, parse_subject, read_request_form};
 use super::multipart::Form;
 use super::respond::{header, Body};
 use super::session::{self, form_token, form_token_matches, header_value, Auth};
@@ -532,12 +532,13 @@ fn account_page(
 
 fn status_view(cx: &Ctx) -> StatusView {
     let (state, now) = (cx.state, cx.now);
-    let inference = &state.pipeline.inference;
+    let model = state.pipeline.default_model();
+    let inference = &model.inference;
     let today = state.stats.today(now);
     let (median_latency, latency_samples) = state.stats.median_latency();
     let queue = &state.pipeline.queue;
     StatusView {
-        model: state.pipeline.spec.name.clone(),
+        model: model.spec.name.clone(),
         engine: inference.engine_name(),
         model_state: match inference.ready() {
             Ok(()) => "loaded".into(),
@@ -760,9 +761,10 @@ fn cut_out_form(
     form: Form,
 ) -> Result<TryResult, ApiError> {
     let size = parse_size(form.size.as_deref())?;
+    let subject = parse_subject(form.subject.as_deref())?;
     let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
     let original_type = imaging::format_of(&image)?.to_mime_type();
-    let done = cut_out_and_charge(cx.state, permit, place, caller, &image, size)?;
+    let done = cut_out_and_charge(cx.state, permit, place, caller, &image, size, subject)?;
     Ok(TryResult {
         serial: 0,
         original: image,

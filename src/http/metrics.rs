@@ -8,7 +8,7 @@ use std::fmt::Write;
 pub fn render(state: &AppState) -> String {
     let s = state.stats.snapshot();
     let queue = &state.pipeline.queue;
-    let ready = state.pipeline.inference.ready().is_ok();
+    let ready = state.pipeline.default_model().inference.ready().is_ok();
     let mut out = String::new();
 
     let name = metric(
@@ -103,7 +103,7 @@ pub fn render(state: &AppState) -> String {
         out,
         "{name}{{version=\"{}\",model=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION"),
-        state.pipeline.spec.name
+        state.pipeline.default_model().spec.name
     )
     .unwrap();
     out

@@ -17,7 +17,7 @@ use crate::engine::{self, Engine, Manifest, Readiness};
 use crate::error::ApiError;
 use crate::led;
 use crate::limits::Limiter;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Loader, Models, Pipeline};
 use crate::secrets::random_token;
 use crate::stats::Stats;
 use crate::store::Store;
@@ -82,7 +82,7 @@ impl AppState {
 impl AppState {
     /// What the appliance is doing, as the status LED shows it.
     pub fn led_state(&self) -> led::State {
-        match self.pipeline.inference.ready() {
+        match self.pipeline.default_model().inference.ready() {
             Err(crate::engine::InferError::Loading) => led::State::Starting,
             Err(_) => led::State::Degraded,
             Ok(()) if self.database_writable().is_err() => led::State::Degraded,
@@ -155,7 +155,7 @@ impl App {
     /// `addr()` is the bound address (port 0 picks a free one).
     pub fn build(settings: Settings, engine: EngineSource) -> Result<App> {
         let manifest = Manifest::builtin();
-        let spec = manifest.require(settings.model.as_deref())?.clone();
+        let models = manifest.models_for(settings.model.as_deref())?;
         let store = Store::open(&settings.data_dir)
             .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
         let listener = TcpListener::bind(&settings.listen)
@@ -165,20 +165,38 @@ impl App {
             Server::from_listener_with_timeout(listener, None, Some(settings.socket_timeout))
                 .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
 
-        let pipeline = Pipeline::new(
-            spec,
-            settings.inference_workers,
-            settings.queue_capacity,
-            settings.upload_buffer,
-        );
         let stats = Arc::new(Stats::default());
-        let inference = &pipeline.inference;
-        match engine {
-            EngineSource::Ready(engine) => inference.set(Readiness::Ready(engine)),
+        let pipeline = match engine {
+            // Tests share one loaded engine: every `type` gets it.
+            EngineSource::Ready(engine) => {
+                let pipeline = Pipeline::new(
+                    Models::one(models.auto),
+                    None,
+                    settings.inference_workers,
+                    settings.queue_capacity,
+                    settings.upload_buffer,
+                );
+                pipeline
+                    .default_model()
+                    .inference
+                    .set(Readiness::Ready(engine));
+                pipeline
+            }
             EngineSource::Load => {
+                let pipeline = Pipeline::new(
+                    models,
+                    Some(Loader {
+                        models_dir: settings.models_dir.clone(),
+                        engine: settings.engine.clone(),
+                    }),
+                    settings.inference_workers,
+                    settings.queue_capacity,
+                    settings.upload_buffer,
+                );
+                let model = pipeline.default_model();
                 let (inference, spec, dir, choice, stats) = (
-                    inference.clone(),
-                    pipeline.spec.clone(),
+                    model.inference.clone(),
+                    model.spec.clone(),
                     settings.models_dir.clone(),
                     settings.engine.clone(),
                     stats.clone(),
@@ -203,8 +221,9 @@ impl App {
                         }
                     }
                 });
+                pipeline
             }
-        }
+        };
         let dashboard = DashboardState::default();
         if store.admin_password_hash()?.is_none() {
             let token = random_token();
@@ -416,10 +435,11 @@ fn not_found(request: &Request) -> respond::Body {
 
 /// Ready when the model is loaded and the database takes writes.
 fn readiness(state: &AppState) -> respond::Body {
-    let model = state.pipeline.inference.ready();
+    let default = state.pipeline.default_model();
+    let model = default.inference.ready();
     let database = state.database_writable();
     let body = serde_json::json!({
-        "model": state.pipeline.spec.name,
+        "model": default.spec.name,
         "model_ready": model.is_ok(),
         "model_error": model.as_ref().err().map(ToString::to_string),
         "database_writable": database.is_ok(),

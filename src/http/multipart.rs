@@ -25,6 +25,7 @@ const READ_CHUNK: usize = 64 * 1024;
 pub struct Form {
     pub image_file: Option<Vec<u8>>,
     pub size: Option<String>,
+    pub subject: Option<String>,
     /// The dashboard's Try it form carries its CSRF token here.
     pub csrf: Option<String>,
 }
@@ -131,6 +132,7 @@ async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Fo
                 form.image_file = Some(all_of(&mut field, image_capacity).await?);
             }
             Some("size") => form.size = Some(field.text().await.map_err(from_multer)?),
+            Some("type") => form.subject = Some(field.text().await.map_err(from_multer)?),
             Some("csrf") => form.csrf = Some(field.text().await.map_err(from_multer)?),
             // Unknown fields are read past, so newer clients still work.
             _ => while field.chunk().await.map_err(from_multer)?.is_some() {},
@@ -193,15 +195,17 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_image_and_the_size_and_skips_other_fields() {
+    fn reads_the_image_size_and_type_and_skips_other_fields() {
         let b = body(&[
             ("other", b"x"),
             ("image_file", b"\x89PNG..."),
             ("size", b"preview"),
+            ("type", b"person"),
         ]);
         let form = read_form(Some(CT), None, &b[..]).unwrap();
         assert_eq!(form.image_file.as_deref(), Some(&b"\x89PNG..."[..]));
         assert_eq!(form.size.as_deref(), Some("preview"));
+        assert_eq!(form.subject.as_deref(), Some("person"));
     }
 
     #[test]

@@ -104,6 +104,56 @@ fn remove_cuts_out_a_file_offline_on_either_engine() {
 }
 
 #[test]
+fn remove_writes_several_inputs_into_a_folder_and_names_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.jpg"), dir.path().join("b.jpg"));
+    std::fs::write(&a, crate::helpers::jpeg(64, 48)).unwrap();
+    std::fs::write(&b, crate::helpers::jpeg(48, 64)).unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let remove = |paths: &[&std::path::Path]| {
+        Command::new(env!("CARGO_BIN_EXE_cutout"))
+            .args([
+                "--models-dir".as_ref(),
+                crate::helpers::models_dir().as_os_str(),
+            ])
+            .arg("remove")
+            .args(paths)
+            .args(["--model", "u2netp"])
+            .output()
+            .unwrap()
+    };
+    let out = remove(&[&a, &b, &out_dir]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (name, size) in [("a.png", (64, 48)), ("b.png", (48, 64))] {
+        let png = image::open(out_dir.join(name)).unwrap();
+        assert_eq!((png.width(), png.height()), size);
+    }
+
+    let out = remove(&[&a, &b, &dir.path().join("c.png")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("must be a folder"),
+        "{stderr}"
+    );
+
+    let junk = dir.path().join("junk.jpg");
+    std::fs::write(&junk, b"not an image").unwrap();
+    let out = remove(&[&a, &junk, &out_dir]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("junk.jpg")
+            && stderr.contains("unsupported_image_format"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn serve_demo_prints_a_working_key_and_sigterm_stops_it_cleanly() {
     use std::io::{BufRead, BufReader};
     let data = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 //! missing or wrong. Needs `make models onnxruntime`.
 
 use crate::helpers::*;
-use cutout::engine::preprocess::{input_size, normalised, to_tensor};
+use cutout::engine::preprocess::{output_range, placement, to_tensor};
 use cutout::engine::{self, Engine, EngineChoice, EngineKind, Manifest, ModelSpec};
 use cutout::{imaging, EngineSource};
 use std::path::{Path, PathBuf};
@@ -51,13 +51,17 @@ fn largest_difference(spec: &ModelSpec, photos: &[PathBuf]) -> (f32, PathBuf) {
     for photo in photos {
         // Some dev photos are BMP, which the API refuses; the engines do not care.
         let image = image::DynamicImage::ImageRgb8(image::open(photo).unwrap().into_rgb8());
-        let (w, h) = input_size(spec.input, image.width(), image.height());
-        let tensor = to_tensor(&imaging::resize(&image, w, h), &spec.normalise);
+        let place = placement(spec.input, image.width(), image.height());
+        let ((w, h), (image_w, image_h)) = (place.input, place.image_size());
+        let resized = imaging::resize(&image, image_w, image_h);
+        let tensor = to_tensor(&resized, &spec.normalise, place);
         let a = tract.run(tensor.clone(), w, h).unwrap();
         let b = onnxruntime.run(tensor, w, h).unwrap();
-        let difference = normalised(&a, spec.output)
-            .zip(normalised(&b, spec.output))
-            .map(|(a, b)| (a - b).abs())
+        let (range_a, range_b) = (output_range(&a, spec.output), output_range(&b, spec.output));
+        let difference = a
+            .iter()
+            .zip(&b)
+            .map(|(&a, &b)| (range_a.unit(a) - range_b.unit(b)).abs())
             .fold(0.0, f32::max);
         if difference > worst.0 {
             worst = (difference, photo.clone());
@@ -106,7 +110,7 @@ fn the_api_cuts_out_on_onnxruntime() {
     let reply = app.post_image(Some(&key), &jpeg(64, 48), None);
     assert_eq!(reply.png().dimensions(), (64, 48));
     assert_eq!(
-        app.state.pipeline.inference.engine_name(),
+        app.state.pipeline.default_model().inference.engine_name(),
         Some("onnxruntime")
     );
 }

@@ -67,6 +67,18 @@ fn bad_forms_and_bad_images_are_400_415_413_and_cost_nothing() {
         400,
         "missing_image_file",
     );
+    for bad in ["car", "Person", ""] {
+        check(
+            app.post_form(
+                k,
+                Multipart::new()
+                    .file("image_file", &jpeg(64, 48))
+                    .text("type", bad),
+            ),
+            400,
+            "invalid_type",
+        );
+    }
     check(
         app.post_image(k, b"just some text, not an image", None),
         415,

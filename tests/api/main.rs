@@ -19,3 +19,4 @@ mod service;
 mod shutdown;
 mod sizes;
 mod soak;
+mod types;

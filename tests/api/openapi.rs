@@ -37,6 +37,12 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
     match code {
         "missing_image_file" => app.post_form(k, Multipart::new().text("size", "auto")),
         "invalid_size" => app.post_image(k, &photo, Some("huge")),
+        "invalid_type" => app.post_form(
+            k,
+            Multipart::new()
+                .file("image_file", &photo)
+                .text("type", "car"),
+        ),
         "invalid_image" => app.post_image(k, &photo[..photo.len() / 2], None),
         "image_too_large" => app.post_image(k, &png_header_only(30_000, 30_000), None),
         "resolution_too_high" => {
