@@ -190,7 +190,7 @@ impl Pipeline {
         let place = placement(spec.input, w, h);
         let (in_w, in_h) = place.input;
         let (image_w, image_h) = place.image_size();
-        let model_input = imaging::resize(&original, image_w, image_h);
+        let model_input = imaging::resize_with(&original, image_w, image_h, spec.input_filter);
         let tensor = to_tensor(&model_input, &spec.normalise, place);
         drop(model_input);
         watch.lap("prepare");

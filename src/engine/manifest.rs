@@ -50,6 +50,10 @@ pub struct ModelSpec {
     pub sha256: String,
     pub license: String,
     pub input: InputSpec,
+    /// How the photo is shrunk to the input: the filter the model was
+    /// trained with suits it best (`make eval`).
+    #[serde(default)]
+    pub input_filter: crate::imaging::Filter,
     pub normalise: Normalise,
     pub output: OutputKind,
     /// Output levels `[low, high]`: alpha at or below `low` becomes 0, at or
@@ -149,12 +153,18 @@ impl Manifest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::imaging::Filter;
 
     #[test]
     fn the_builtin_manifest_parses_and_its_default_exists() {
         let m = Manifest::builtin();
         assert_eq!(m.names(), ["isnet", "modnet", "u2netp"]);
         assert_eq!(m.model(None).unwrap().name, "isnet");
+        assert_eq!(
+            m.model(Some("modnet")).unwrap().input_filter,
+            Filter::Bilinear
+        );
+        assert_eq!(m.model(None).unwrap().input_filter, Filter::CatmullRom);
         let models = m.models_for(Some("u2netp")).unwrap();
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],

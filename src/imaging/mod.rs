@@ -8,7 +8,7 @@ mod resize;
 
 pub use decode::{decode, format_of, DecodeError};
 pub use geometry::{fit_within, output_size, GeometryError};
-pub use resize::{resize, resize_gray};
+pub use resize::{resize, resize_gray, resize_with, Filter};
 
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{DynamicImage, ImageEncoder, RgbaImage};

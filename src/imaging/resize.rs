@@ -1,29 +1,50 @@
-//! SIMD resizing (fast_image_resize) with a Catmull-Rom filter: sharp enough
-//! for mattes, and antialiased when shrinking.
+//! SIMD resizing (fast_image_resize), antialiased when shrinking: Catmull-Rom
+//! (sharp enough for mattes) unless a model's input wants another filter.
 
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::{DynamicImage, GenericImageView, RgbImage, RgbaImage};
 
-fn options() -> ResizeOptions {
-    ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::CatmullRom))
+/// A convolution filter, as `models/manifest.toml` names it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Filter {
+    #[default]
+    CatmullRom,
+    Bilinear,
+}
+
+fn options(filter: Filter) -> ResizeOptions {
+    let filter = match filter {
+        Filter::CatmullRom => FilterType::CatmullRom,
+        Filter::Bilinear => FilterType::Bilinear,
+    };
+    ResizeOptions::new().resize_alg(ResizeAlg::Convolution(filter))
 }
 
 /// Resizes a decoded image (8-bit RGB or RGBA), keeping its kind.
 pub fn resize(src: &DynamicImage, width: u32, height: u32) -> DynamicImage {
+    resize_with(src, width, height, Filter::CatmullRom)
+}
+
+/// `resize` with another filter.
+pub fn resize_with(src: &DynamicImage, width: u32, height: u32, filter: Filter) -> DynamicImage {
     if src.dimensions() == (width, height) {
         return src.clone();
     }
     let (pixel_type, raw) = match src {
         DynamicImage::ImageRgb8(img) => (PixelType::U8x3, img.as_raw()),
         DynamicImage::ImageRgba8(img) => (PixelType::U8x4, img.as_raw()),
-        other => return resize(&DynamicImage::ImageRgba8(other.to_rgba8()), width, height),
+        other => {
+            let rgba = DynamicImage::ImageRgba8(other.to_rgba8());
+            return resize_with(&rgba, width, height, filter);
+        }
     };
     let src_ref = ImageRef::new(src.width(), src.height(), raw, pixel_type)
         .expect("an image buffer matches its size");
     let mut dst = Image::new(width, height, pixel_type);
     Resizer::new()
-        .resize(&src_ref, &mut dst, &options())
+        .resize(&src_ref, &mut dst, &options(filter))
         .expect("same pixel type");
     let pixels = dst.into_vec();
     match pixel_type {
@@ -42,7 +63,7 @@ pub fn resize_gray(src: &[u8], src_size: (u32, u32), size: (u32, u32)) -> Vec<u8
         .expect("the plane's length matches its size");
     let mut dst = Image::new(size.0, size.1, PixelType::U8);
     Resizer::new()
-        .resize(&src_ref, &mut dst, &options())
+        .resize(&src_ref, &mut dst, &options(Filter::CatmullRom))
         .expect("same pixel type");
     dst.into_vec()
 }

@@ -53,7 +53,7 @@ fn largest_difference(spec: &ModelSpec, photos: &[PathBuf]) -> (f32, PathBuf) {
         let image = image::DynamicImage::ImageRgb8(image::open(photo).unwrap().into_rgb8());
         let place = placement(spec.input, image.width(), image.height());
         let ((w, h), (image_w, image_h)) = (place.input, place.image_size());
-        let resized = imaging::resize(&image, image_w, image_h);
+        let resized = imaging::resize_with(&image, image_w, image_h, spec.input_filter);
         let tensor = to_tensor(&resized, &spec.normalise, place);
         let a = tract.run(tensor.clone(), w, h).unwrap();
         let b = onnxruntime.run(tensor, w, h).unwrap();
