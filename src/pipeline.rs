@@ -133,34 +133,37 @@ impl Pipeline {
         }
     }
 
-    /// `subject`'s model, loaded now if this is its first use. Loading
-    /// takes a moment (seconds for IS-Net on tract); later calls wait for it.
-    fn loaded(&self, subject: SubjectType) -> &Model {
+    /// Loads `subject`'s model through the loader unless it is loaded,
+    /// failed or being loaded (then waits for it): seconds for IS-Net on
+    /// tract. The time it took, when this call loaded it.
+    pub fn load(&self, subject: SubjectType) -> Option<Duration> {
         let model = self.model(subject);
-        if let Some(loader) = &self.loader {
-            model.loading.call_once(|| {
-                if !matches!(model.inference.ready(), Err(InferError::Loading)) {
-                    return;
+        let loader = self.loader.as_ref()?;
+        let mut took = None;
+        model.loading.call_once(|| {
+            if !matches!(model.inference.ready(), Err(InferError::Loading)) {
+                return;
+            }
+            let started = Instant::now();
+            match engine::load(&model.spec, &loader.models_dir, &loader.engine) {
+                Ok(engine) => {
+                    let elapsed = started.elapsed();
+                    log::info!(
+                        "model {} loaded on {} in {:.2} s",
+                        model.spec.name,
+                        engine.name(),
+                        elapsed.as_secs_f64()
+                    );
+                    model.inference.set(Readiness::Ready(engine));
+                    took = Some(elapsed);
                 }
-                let started = Instant::now();
-                match engine::load(&model.spec, &loader.models_dir, &loader.engine) {
-                    Ok(engine) => {
-                        log::info!(
-                            "model {} loaded on {} in {:.2} s",
-                            model.spec.name,
-                            engine.name(),
-                            started.elapsed().as_secs_f64()
-                        );
-                        model.inference.set(Readiness::Ready(engine));
-                    }
-                    Err(e) => {
-                        log::error!("model {} failed to load: {e:#}", model.spec.name);
-                        model.inference.set(Readiness::Failed(format!("{e:#}")));
-                    }
+                Err(e) => {
+                    log::error!("model {} failed to load: {e:#}", model.spec.name);
+                    model.inference.set(Readiness::Failed(format!("{e:#}")));
                 }
-            });
-        }
-        model
+            }
+        });
+        took
     }
 
     /// Cuts out `bytes`, read while holding `place`, with `subject`'s model.
@@ -175,7 +178,8 @@ impl Pipeline {
         let mut watch = Stopwatch::start();
         place.wait_for_turn();
         watch.lap("queue");
-        let model = self.loaded(subject);
+        self.load(subject);
+        let model = self.model(subject);
         let original = imaging::decode(bytes)?;
         watch.lap("decode");
         let (w, h) = (original.width(), original.height());

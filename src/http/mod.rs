@@ -13,7 +13,8 @@ mod tries;
 
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::engine::{self, Engine, Manifest, Readiness};
+use crate::domain::SubjectType;
+use crate::engine::{Engine, Manifest, Readiness};
 use crate::error::ApiError;
 use crate::led;
 use crate::limits::Limiter;
@@ -182,47 +183,16 @@ impl App {
                     .set(Readiness::Ready(engine));
                 pipeline
             }
-            EngineSource::Load => {
-                let pipeline = Pipeline::new(
-                    models,
-                    Some(Loader {
-                        models_dir: settings.models_dir.clone(),
-                        engine: settings.engine.clone(),
-                    }),
-                    settings.inference_workers,
-                    settings.queue_capacity,
-                    settings.upload_buffer,
-                );
-                let model = pipeline.default_model();
-                let (inference, spec, dir, choice, stats) = (
-                    model.inference.clone(),
-                    model.spec.clone(),
-                    settings.models_dir.clone(),
-                    settings.engine.clone(),
-                    stats.clone(),
-                );
-                thread::spawn(move || {
-                    let started = Instant::now();
-                    match engine::load(&spec, &dir, &choice) {
-                        Ok(engine) => {
-                            let took = started.elapsed();
-                            log::info!(
-                                "model {} loaded on {} in {:.2} s",
-                                spec.name,
-                                engine.name(),
-                                took.as_secs_f64()
-                            );
-                            stats.set_model_load(took);
-                            inference.set(Readiness::Ready(engine));
-                        }
-                        Err(e) => {
-                            log::error!("model {} failed to load: {e:#}", spec.name);
-                            inference.set(Readiness::Failed(format!("{e:#}")));
-                        }
-                    }
-                });
-                pipeline
-            }
+            EngineSource::Load => Pipeline::new(
+                models,
+                Some(Loader {
+                    models_dir: settings.models_dir.clone(),
+                    engine: settings.engine.clone(),
+                }),
+                settings.inference_workers,
+                settings.queue_capacity,
+                settings.upload_buffer,
+            ),
         };
         let dashboard = DashboardState::default();
         if store.admin_password_hash()?.is_none() {
@@ -255,6 +225,13 @@ impl App {
                 .unwrap_or_else(|| "none".into()),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+        });
+        // The configured model loads in the background: the API answers 503 until then.
+        let loading = state.clone();
+        thread::spawn(move || {
+            if let Some(took) = loading.pipeline.load(SubjectType::Auto) {
+                loading.stats.set_model_load(took);
+            }
         });
         Ok(App {
             server: Arc::new(server),
