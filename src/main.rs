@@ -457,10 +457,22 @@ fn remove(
         engine: settings.engine.clone(),
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
+    // Loaded before the first photo, so that its time is not the photo's.
+    let loaded = pipeline.load(subject).unwrap_or_default();
+    let model = pipeline.model(subject);
+    model.inference.ready().map_err(|e| anyhow!("{e}"))?;
+    eprintln!(
+        "model {} loaded on {} in {:.2} s",
+        model.spec.name,
+        model.inference.engine_name().unwrap_or("?"),
+        loaded.as_secs_f64()
+    );
     for input in inputs {
         let output = if into_dir {
-            let stem = input.file_stem().unwrap_or(input.as_os_str());
-            output.join(stem).with_extension("png")
+            // `photo.v2.jpg` becomes `photo.v2.png`, not `photo.png`.
+            let mut name = input.file_stem().unwrap_or(input.as_os_str()).to_owned();
+            name.push(".png");
+            output.join(name)
         } else {
             output.to_path_buf()
         };
