@@ -8,6 +8,8 @@ scores the cut-outs with ../shared/tools/quality_metrics.py and prints one
 table: MAE, IoU and SAD/1000 per set and model, and the MAE as a ratio of the
 best reference on that set and of the same model's reference
 (../shared/eval/REFERENCE.md: the same weights, the peers' processing).
+On alphamatting, whose truth is a real alpha, bench/composite.py also
+measures the cut-outs' colour over new backgrounds.
 `default` is what `type=auto` gives in the default configuration.
 Needs `cargo build --release`, `make models` (and `make onnxruntime`). The
 photos stay outside the repository: BMPs are converted to PNG (lossless)
@@ -20,9 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 OUT = ROOT / "target" / "eval"
 SETS = ["alphamatting", "grabcut"]
-# quality_metrics.py's own needs, pinned.
-VENV = Path.home() / ".cache" / "cutout-eval" / "numpy-2.4.6-pillow-12.3.0"
-PACKAGES = ["numpy==2.4.6", "pillow==12.3.0"]
+# quality_metrics.py's own needs and composite.py's pymatting, pinned.
+PACKAGES = ["numpy==2.4.6", "pillow==12.3.0", "pymatting==1.1.16", "scipy==1.17.1",
+            "numba==0.68.1", "llvmlite==0.50.0"]
+VENV = Path.home() / ".cache" / "cutout-eval" / "-".join(p.replace("==", "-") for p in PACKAGES)
 API_FORMATS = {".jpg", ".jpeg", ".png", ".webp"}
 
 
@@ -87,6 +90,12 @@ def main():
                 check=True, capture_output=True, text=True).stdout)
             best = min(r["mae"] for (s, _), r in refs.items() if s == name)
             own = refs.get((name, model))
+            if name == "alphamatting":
+                colour = json.loads(subprocess.run(
+                    [py, ROOT / "bench" / "composite.py", SHARED / "eval" / "dev" / name, pred,
+                     OUT / "true-foreground" / name],
+                    check=True, capture_output=True, text=True).stdout)
+                score["composite"] = colour
             rows.append((name, model, score, best, own, seconds))
             print(json.dumps({"set": name, "model": model, **score}), file=sys.stderr, flush=True)
 
@@ -98,6 +107,13 @@ def main():
                       if own else "")
         print(f"| {name} ({s['n']}) | {model} | {s['mae']:.4f} | {s['iou']:.4f} | {s['sad_k']:.2f} "
               f"| {s['mae'] / best:.2f} | {own_ratio} | {own_others} | {seconds:.0f} |")
+    print("\nComposite over new backgrounds, error on partial pixels (bench/composite.py):\n")
+    print("| set | model | cut-out's colours | photo's colours, same alpha |")
+    print("|---|---|---|---|")
+    for name, model, s, *_ in rows:
+        if "composite" in s:
+            c = s["composite"]
+            print(f"| {name} | {model} | {c['cutout_colours']:.4f} | {c['photo_colours']:.4f} |")
     print(f"\n`python3 bench/eval.py {' '.join(sys.argv[1:])}`, engine {args.engine}")
 
 

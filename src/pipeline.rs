@@ -196,7 +196,6 @@ impl Pipeline {
         let (image_w, image_h) = place.image_size();
         let model_input = imaging::resize_with(&original, image_w, image_h, spec.input_filter);
         let tensor = to_tensor(&model_input, &spec.normalise, place);
-        drop(model_input);
         watch.lap("prepare");
         let output = model
             .inference
@@ -206,16 +205,17 @@ impl Pipeline {
                 InferError::Run(cause) => ApiError::Internal(cause),
             })?;
         watch.lap("model");
-        let matte = matte_from_output(&output, spec, place);
-        let matte = imaging::resize_gray(&matte, (image_w, image_h), (out_w, out_h));
+        let small_matte = matte_from_output(&output, spec, place);
+        let matte = imaging::resize_gray(&small_matte, (image_w, image_h), (out_w, out_h));
 
         let kept = if (out_w, out_h) == (w, h) {
             original
         } else {
             imaging::resize(&original, out_w, out_h)
         };
-        let cut = imaging::cut_out(&kept, &matte);
+        let mut cut = imaging::cut_out(&kept, &matte);
         drop(kept);
+        imaging::recolour_partial_pixels(&mut cut, &model_input, &small_matte);
         watch.lap("compose");
         let png = imaging::encode_png(&cut).map_err(|e| ApiError::Internal(e.into()))?;
         watch.lap("encode");

@@ -3,10 +3,12 @@
 //! encode the PNG. Knows nothing of HTTP, SQL or the model.
 
 mod decode;
+mod foreground;
 mod geometry;
 mod resize;
 
 pub use decode::{decode, format_of, DecodeError};
+pub use foreground::recolour_partial_pixels;
 pub use geometry::{fit_within, output_size, GeometryError};
 pub use resize::{resize, resize_gray, resize_with, Filter};
 
