@@ -206,13 +206,14 @@ impl Pipeline {
             })?;
         watch.lap("model");
         let small_matte = matte_from_output(&output, spec, place);
-        let matte = imaging::resize_gray(&small_matte, (image_w, image_h), (out_w, out_h));
+        let mut matte = imaging::resize_gray(&small_matte, (image_w, image_h), (out_w, out_h));
 
         let kept = if (out_w, out_h) == (w, h) {
             original
         } else {
             imaging::resize(&original, out_w, out_h)
         };
+        imaging::refine_edges(&mut matte, &kept, &model_input, &small_matte);
         let mut cut = imaging::cut_out(&kept, &matte);
         drop(kept);
         imaging::recolour_partial_pixels(&mut cut, &model_input, &small_matte);
