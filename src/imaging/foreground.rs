@@ -67,8 +67,7 @@ pub fn recolour_partial_pixels(cut: &mut RgbaImage, small: &DynamicImage, small_
             for c in 0..3 {
                 let (f, b) = (at.sample(&foreground[c]), at.sample(&background[c]));
                 let observed = f32::from(px[c]) / 255.0;
-                let solved = f + a * (observed - a * f - (1.0 - a) * b);
-                px[c] = (solved.clamp(0.0, 1.0) * 255.0).round() as u8;
+                px[c] = (solve_foreground(observed, a, f, b) * 255.0).round() as u8;
             }
         }
     }
@@ -90,7 +89,7 @@ fn blur_fusion_step(
             .zip(alpha)
             .zip(mean_f[c].iter().zip(&mean_b[c]));
         pixels
-            .map(|((&i, &a), (&f, &b))| (f + a * (i - a * f - (1.0 - a) * b)).clamp(0.0, 1.0))
+            .map(|((&i, &a), (&f, &b))| solve_foreground(i, a, f, b))
             .collect()
     });
     (solved, mean_b)
@@ -99,24 +98,30 @@ fn blur_fusion_step(
 /// The alpha-weighted mean of `foreground` and the (1 - alpha)-weighted
 /// mean of `background` around each pixel.
 fn means(window: &BoxWindow, alpha: &[f32], foreground: &Rgb, background: &Rgb) -> (Rgb, Rgb) {
+    let transparency: Vec<f32> = alpha.iter().map(|a| 1.0 - a).collect();
+    (
+        weighted_mean(window, foreground, alpha),
+        weighted_mean(window, background, &transparency),
+    )
+}
+
+fn weighted_mean(window: &BoxWindow, colour: &Rgb, weight: &[f32]) -> Rgb {
     const EPSILON: f32 = 1e-5;
-    let mean_alpha = window.mean(alpha.to_vec());
-    let f = std::array::from_fn(|c| {
-        let sum = window.mean_of_product(&foreground[c], alpha);
+    let mean_weight = window.mean(weight.to_vec());
+    std::array::from_fn(|c| {
+        let sum = window.mean_of_product(&colour[c], weight);
         sum.iter()
-            .zip(&mean_alpha)
+            .zip(&mean_weight)
             .map(|(&s, &m)| s / (m + EPSILON))
             .collect()
-    });
-    let transparency: Vec<f32> = alpha.iter().map(|a| 1.0 - a).collect();
-    let b = std::array::from_fn(|c| {
-        let sum = window.mean_of_product(&background[c], &transparency);
-        sum.iter()
-            .zip(&mean_alpha)
-            .map(|(&s, &m)| s / (1.0 - m + EPSILON))
-            .collect()
-    });
-    (f, b)
+    })
+}
+
+/// F from `observed = αF + (1 - α)B`, given estimates of F and B, as
+/// blur-fusion solves it (clamped to 0..=1).
+fn solve_foreground(observed: f32, alpha: f32, foreground: f32, background: f32) -> f32 {
+    let residual = observed - alpha * foreground - (1.0 - alpha) * background;
+    (foreground + alpha * residual).clamp(0.0, 1.0)
 }
 
 #[cfg(test)]
