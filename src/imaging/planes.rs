@@ -95,10 +95,20 @@ fn reciprocal_counts(n: usize, r: usize) -> Vec<f64> {
         .collect()
 }
 
-/// Maps a large image's pixel to the small planes' pixel centres.
+/// Maps a large image's pixel to the small planes' pixel centres. Each
+/// column's and row's taps are worked out once: the loops over a 25 MP
+/// cut-out only look them up.
 pub struct Bilinear {
-    small: (usize, usize),
-    scale: (f32, f32),
+    width: usize,
+    columns: Vec<Taps>,
+    rows: Vec<Taps>,
+}
+
+#[derive(Clone, Copy)]
+struct Taps {
+    low: usize,
+    high: usize,
+    weight: f32,
 }
 
 pub struct Sample {
@@ -108,24 +118,37 @@ pub struct Sample {
 
 impl Bilinear {
     pub fn new(small: (usize, usize), large: (usize, usize)) -> Bilinear {
-        let scale = (
-            small.0 as f32 / large.0 as f32,
-            small.1 as f32 / large.1 as f32,
-        );
-        Bilinear { small, scale }
+        let axis = |n: usize, large: usize| -> Vec<Taps> {
+            let scale = n as f32 / large as f32;
+            (0..large)
+                .map(|v| {
+                    let s = ((v as f32 + 0.5) * scale - 0.5).clamp(0.0, (n - 1) as f32);
+                    let low = s as usize;
+                    Taps {
+                        low,
+                        high: (low + 1).min(n - 1),
+                        weight: s - low as f32,
+                    }
+                })
+                .collect()
+        };
+        Bilinear {
+            width: small.0,
+            columns: axis(small.0, large.0),
+            rows: axis(small.1, large.1),
+        }
     }
 
     pub fn at(&self, x: usize, y: usize) -> Sample {
-        let axis = |v: usize, scale: f32, n: usize| {
-            let s = ((v as f32 + 0.5) * scale - 0.5).clamp(0.0, (n - 1) as f32);
-            let low = s.floor() as usize;
-            (low, (low + 1).min(n - 1), s - low as f32)
-        };
-        let (x0, x1, fx) = axis(x, self.scale.0, self.small.0);
-        let (y0, y1, fy) = axis(y, self.scale.1, self.small.1);
-        let w = self.small.0;
+        let (c, r, w) = (self.columns[x], self.rows[y], self.width);
+        let (fx, fy) = (c.weight, r.weight);
         Sample {
-            index: [y0 * w + x0, y0 * w + x1, y1 * w + x0, y1 * w + x1],
+            index: [
+                r.low * w + c.low,
+                r.low * w + c.high,
+                r.high * w + c.low,
+                r.high * w + c.high,
+            ],
             weight: [
                 (1.0 - fx) * (1.0 - fy),
                 fx * (1.0 - fy),
@@ -138,11 +161,8 @@ impl Bilinear {
 
 impl Sample {
     pub fn sample(&self, plane: &[f32]) -> f32 {
-        self.index
-            .iter()
-            .zip(&self.weight)
-            .map(|(&i, &w)| plane[i] * w)
-            .sum()
+        let (i, w) = (&self.index, &self.weight);
+        plane[i[0]] * w[0] + plane[i[1]] * w[1] + plane[i[2]] * w[2] + plane[i[3]] * w[3]
     }
 }
 
