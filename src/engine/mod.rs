@@ -42,9 +42,21 @@ pub struct EngineChoice {
 /// is checked against its sha256 first, so a truncated or swapped file is
 /// reported as such, not as a parse error.
 pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Result<Arc<dyn Engine>> {
+    if spec.int8 && choice.kind == EngineKind::Tract {
+        bail!(
+            "{} is quantised for the onnxruntime engine: use `--engine onnxruntime`, \
+             or the f32 model on tract",
+            spec.name
+        );
+    }
     let path = models_dir.join(&spec.file);
+    let remedy = if spec.int8 {
+        "make quantize"
+    } else {
+        "make models"
+    };
     // Read once: hashed here, then parsed from memory by either engine.
-    let model = read_checked(&path, &spec.sha256, "model file", "make models")?;
+    let model = read_checked(&path, &spec.sha256, "model file", remedy)?;
     Ok(match choice.kind {
         EngineKind::Tract => Arc::new(TractEngine::load(spec, &model, &path)?),
         EngineKind::Onnxruntime => {
