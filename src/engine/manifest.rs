@@ -67,6 +67,10 @@ pub struct ModelSpec {
     /// so only the onnxruntime engine loads it.
     #[serde(default)]
     pub int8: bool,
+    /// The model this one is a faster form of: a `type` that picks that
+    /// model picks this one instead when it is the configured model.
+    #[serde(default)]
+    pub variant_of: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -141,12 +145,19 @@ impl Manifest {
         })
     }
 
-    /// The models for each `type`, with `auto` the one named (or the default).
+    /// The models for each `type`, with `auto` the one named (or the
+    /// default). With `isnet-int8` configured, `type=general` runs it too,
+    /// not a second IS-Net.
     pub fn models_for(&self, auto: Option<&str>) -> anyhow::Result<crate::pipeline::Models> {
+        let auto = self.require(auto)?;
+        let pick = |name: &str| match &auto.variant_of {
+            Some(of) if of == name => Ok(auto),
+            _ => self.require(Some(name)),
+        };
         Ok(crate::pipeline::Models {
-            auto: self.require(auto)?.clone(),
-            person: self.require(Some(&self.person))?.clone(),
-            general: self.require(Some(&self.general))?.clone(),
+            auto: auto.clone(),
+            person: pick(&self.person)?.clone(),
+            general: pick(&self.general)?.clone(),
         })
     }
 
@@ -163,7 +174,7 @@ mod tests {
     #[test]
     fn the_builtin_manifest_parses_and_its_default_exists() {
         let m = Manifest::builtin();
-        assert_eq!(m.names(), ["isnet", "modnet", "u2netp"]);
+        assert_eq!(m.names(), ["isnet", "isnet-int8", "modnet", "u2netp"]);
         assert_eq!(m.model(None).unwrap().name, "isnet");
         assert_eq!(
             m.model(Some("modnet")).unwrap().input_filter,
@@ -174,6 +185,11 @@ mod tests {
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["u2netp", "modnet", "isnet"]
+        );
+        let models = m.models_for(Some("isnet-int8")).unwrap();
+        assert_eq!(
+            [models.auto.name, models.person.name, models.general.name],
+            ["isnet-int8", "modnet", "isnet-int8"]
         );
         assert!(m.model(Some("nope")).is_none());
         assert!(
