@@ -94,13 +94,16 @@ test-deb: deb
 	sh packaging/test-install.sh target/debian/cutout_*_amd64.deb ../shared/eval/dev/grabcut/images/106024.jpg
 
 # RustSec advisories, banned crates and licences (deny.toml), against the
-# advisory database bundled beside the checkout: nothing is fetched. The
+# advisory database bundled beside the checkout, which is never fetched. The
 # directory name is the one cargo-deny derives from its default database URL.
 ADVISORY_DB := target/advisory-dbs/advisory-db-3157b0e258782691
 deny:
 	command -v cargo-deny >/dev/null || $(FAST_INSTALL) cargo install cargo-deny --locked --version 0.20.2
 	rm -rf $(ADVISORY_DB)
 	git -c advice.detachedHead=false -c init.defaultBranch=main clone -q ../shared/rustsec-advisory-db.bundle $(ADVISORY_DB)
+	# cargo-deny reads the metadata of every platform's crates (Windows
+	# ones too), which a build for this one never downloads.
+	$(CARGO) fetch --locked
 	$(CARGO) deny --offline check advisories bans licenses
 
 # A checker's speed does not matter; its build time does (3 min, not 10).
