@@ -23,7 +23,7 @@ first use. Standard library only; the images are made with the Python of
 the photobooth-app environment (it has Pillow and NumPy).
 """
 import argparse, json, os, platform, re, shutil, signal, socket, subprocess, sys, threading
-import time, urllib.error, urllib.request, uuid
+import time, tomllib, urllib.error, urllib.request, uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,10 +31,10 @@ SHARED = ROOT.parent / "shared"
 OUT = ROOT / "target" / "bench"
 BINARY = ROOT / "target" / "release" / "cutout"
 REMBG_NAMES = {"isnet": "isnet-general-use", "u2netp": "u2netp"}
-# The peers have no int8 IS-Net: it is measured against their f32 one, and
-# on ONNX Runtime only (tract refuses it).
-PEER_MODEL = {"isnet-int8": "isnet"}
-ONNXRUNTIME_ONLY = {"isnet-int8"}
+# A variant (the int8 IS-Net) is measured against the peers' run of the model
+# it is a variant of, and on ONNX Runtime only when it is int8 (tract refuses).
+with open(ROOT / "models" / "manifest.toml", "rb") as f:
+    MANIFEST = {m["name"]: m for m in tomllib.load(f)["model"]}
 PHOTOBOOTH_MODELS = {"modnet"}
 # Two photos of each dev set: people, animals, objects, hair.
 SOURCES = ["alphamatting/images/GT01.png", "alphamatting/images/GT05.png",
@@ -278,7 +278,7 @@ def main():
             for concurrency in (1, 4):
                 cell = {"model": model, "size": size, "concurrency": concurrency}
                 for engine in args.engines.split(","):
-                    if engine == "tract" and model in ONNXRUNTIME_ONLY:
+                    if engine == "tract" and MANIFEST[model].get("int8"):
                         continue
                     server = Cutout(engine, model)
                     try:
@@ -288,7 +288,7 @@ def main():
                     log(json.dumps(rows[-1]))
                 if args.skip_peers:
                     continue
-                peer_model = PEER_MODEL.get(model, model)
+                peer_model = MANIFEST[model].get("variant_of", model)
                 if peer_model in REMBG_NAMES:
                     server = Rembg(peer_model)
                     try:
