@@ -9,6 +9,7 @@
 
 use super::planes::{rgb_bytes, rgb_planes, Bilinear, BoxWindow};
 use image::DynamicImage;
+use rayon::prelude::*;
 
 /// Window radius on the grid, and the regularisation that keeps a fit flat
 /// where the photo is: both chosen with `make eval`'s U2NetP (whose grid is
@@ -43,9 +44,9 @@ pub fn refine_edges(
     let (pixels, step) = rgb_bytes(image);
     let sampler = Bilinear::new((w, h), (full_w, full_h));
     let rows = matte
-        .chunks_exact_mut(full_w)
-        .zip(pixels.chunks_exact(full_w * step));
-    for (y, (matte_row, pixel_row)) in rows.enumerate() {
+        .par_chunks_exact_mut(full_w)
+        .zip(pixels.par_chunks_exact(full_w * step));
+    rows.enumerate().for_each(|(y, (matte_row, pixel_row))| {
         for (x, m) in matte_row.iter_mut().enumerate() {
             if !super::is_partial(*m) {
                 continue;
@@ -58,7 +59,7 @@ pub fn refine_edges(
                 + at.sample(&b);
             *m = (fitted.clamp(0.0, 1.0) * 255.0).round() as u8;
         }
-    }
+    });
 }
 
 /// `linear_fits` where they matter: in tiles of the grid near a change of
@@ -83,13 +84,18 @@ fn tiled_fits(
     let around = |start: usize, margin: usize, n: usize| {
         start.saturating_sub(margin)..(start + TILE + margin).min(n)
     };
-    for ty in (0..h).step_by(TILE) {
-        for tx in (0..w).step_by(TILE) {
+    let tiles: Vec<(usize, usize)> = (0..h)
+        .step_by(TILE)
+        .flat_map(|ty| (0..w).step_by(TILE).map(move |tx| (tx, ty)))
+        .collect();
+    let fitted: Vec<_> = tiles
+        .into_par_iter()
+        .filter_map(|(tx, ty)| {
             let (xs, ys) = (around(tx, REACH, w), around(ty, REACH, h));
             let first = small_matte[ys.start * w + xs.start];
             let rows = |y: usize| &small_matte[y * w + xs.start..y * w + xs.end];
             if ys.clone().all(|y| rows(y).iter().all(|&m| m == first)) {
-                continue;
+                return None;
             }
             let (xs, ys) = (around(tx, NEEDS, w), around(ty, NEEDS, h));
             let crop = |plane: &[f32]| -> Vec<f32> {
@@ -98,17 +104,24 @@ fn tiled_fits(
                     .copied()
                     .collect()
             };
-            let (cw, ch) = (xs.len(), ys.len());
-            let (fit_a, fit_b) =
-                linear_fits(&colour.each_ref().map(|c| crop(c)), crop(&matte), cw, ch);
-            for y in ty..(ty + TILE).min(h) {
-                for x in tx..(tx + TILE).min(w) {
-                    let (from, to) = ((y - ys.start) * cw + x - xs.start, y * w + x);
-                    for c in 0..3 {
-                        a[c][to] = fit_a[c][from];
-                    }
-                    b[to] = fit_b[from];
+            let fits = linear_fits(
+                &colour.each_ref().map(|c| crop(c)),
+                crop(&matte),
+                xs.len(),
+                ys.len(),
+            );
+            Some(((tx, ty), (xs, ys), fits))
+        })
+        .collect();
+    for ((tx, ty), (xs, ys), (fit_a, fit_b)) in fitted {
+        let cw = xs.len();
+        for y in ty..(ty + TILE).min(h) {
+            for x in tx..(tx + TILE).min(w) {
+                let (from, to) = ((y - ys.start) * cw + x - xs.start, y * w + x);
+                for c in 0..3 {
+                    a[c][to] = fit_a[c][from];
                 }
+                b[to] = fit_b[from];
             }
         }
     }

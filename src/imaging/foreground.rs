@@ -12,6 +12,7 @@
 
 use super::planes::{rgb_planes, Bilinear, BoxWindow, Rgb};
 use image::{DynamicImage, RgbaImage};
+use rayon::prelude::*;
 
 /// The paper's window radii, for a photo about 1000 pixels across; they
 /// scale with the small copy's longer side.
@@ -57,7 +58,8 @@ pub fn recolour_partial_pixels(cut: &mut RgbaImage, small: &DynamicImage, small_
 
     let (cut_w, cut_h) = (cut.width() as usize, cut.height() as usize);
     let sampler = Bilinear::new((w, h), (cut_w, cut_h));
-    for (y, row) in cut.as_mut().chunks_exact_mut(cut_w * 4).enumerate() {
+    let rows = cut.as_mut().par_chunks_exact_mut(cut_w * 4);
+    rows.enumerate().for_each(|(y, row)| {
         for (x, px) in row.chunks_exact_mut(4).enumerate() {
             if !super::is_partial(px[3]) {
                 continue;
@@ -70,7 +72,7 @@ pub fn recolour_partial_pixels(cut: &mut RgbaImage, small: &DynamicImage, small_
                 px[c] = (solve_foreground(observed, a, f, b) * 255.0).round() as u8;
             }
         }
-    }
+    });
 }
 
 /// One blur-fusion step: the local foreground and background colours

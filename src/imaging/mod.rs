@@ -17,6 +17,7 @@ pub use resize::{resize, resize_gray, resize_with, Filter};
 
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{DynamicImage, ImageEncoder, RgbaImage};
+use rayon::prelude::*;
 
 /// The cut-out: `image`'s colours with `matte` (same size, one byte a pixel)
 /// as alpha, times whatever transparency the input already had. A pixel
@@ -26,25 +27,37 @@ pub fn cut_out(image: &DynamicImage, matte: &[u8]) -> RgbaImage {
     let (width, height) = (image.width(), image.height());
     debug_assert_eq!(matte.len(), (width * height) as usize);
     let mut out = vec![0u8; matte.len() * 4];
+    let rows = |bytes_a_pixel: usize| (width as usize * bytes_a_pixel).max(1);
+    let out_rows = out
+        .par_chunks_exact_mut(rows(4))
+        .zip(matte.par_chunks_exact(rows(1)));
     match image {
         DynamicImage::ImageRgb8(rgb) => {
-            let pixels = out.chunks_exact_mut(4).zip(rgb.chunks_exact(3));
-            for ((px, src), &alpha) in pixels.zip(matte) {
-                if alpha != 0 {
-                    px[..3].copy_from_slice(src);
-                    px[3] = alpha;
-                }
-            }
+            out_rows
+                .zip(rgb.par_chunks_exact(rows(3)))
+                .for_each(|((out, matte), src)| {
+                    let pixels = out.chunks_exact_mut(4).zip(src.chunks_exact(3));
+                    for ((px, src), &alpha) in pixels.zip(matte) {
+                        if alpha != 0 {
+                            px[..3].copy_from_slice(src);
+                            px[3] = alpha;
+                        }
+                    }
+                });
         }
         DynamicImage::ImageRgba8(rgba) => {
-            let pixels = out.chunks_exact_mut(4).zip(rgba.chunks_exact(4));
-            for ((px, src), &m) in pixels.zip(matte) {
-                let alpha = ((u16::from(src[3]) * u16::from(m) + 127) / 255) as u8;
-                if alpha != 0 {
-                    px[..3].copy_from_slice(&src[..3]);
-                    px[3] = alpha;
-                }
-            }
+            out_rows
+                .zip(rgba.par_chunks_exact(rows(4)))
+                .for_each(|((out, matte), src)| {
+                    let pixels = out.chunks_exact_mut(4).zip(src.chunks_exact(4));
+                    for ((px, src), &m) in pixels.zip(matte) {
+                        let alpha = ((u16::from(src[3]) * u16::from(m) + 127) / 255) as u8;
+                        if alpha != 0 {
+                            px[..3].copy_from_slice(&src[..3]);
+                            px[3] = alpha;
+                        }
+                    }
+                });
         }
         other => return cut_out(&DynamicImage::ImageRgba8(other.to_rgba8()), matte),
     }

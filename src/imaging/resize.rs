@@ -4,6 +4,7 @@
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::{DynamicImage, GenericImageView, RgbImage, RgbaImage};
+use rayon::prelude::*;
 
 /// A convolution filter, as `models/manifest.toml` names it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
@@ -42,11 +43,7 @@ pub fn resize_with(src: &DynamicImage, width: u32, height: u32, filter: Filter) 
     };
     let src_ref = ImageRef::new(src.width(), src.height(), raw, pixel_type)
         .expect("an image buffer matches its size");
-    let mut dst = Image::new(width, height, pixel_type);
-    Resizer::new()
-        .resize(&src_ref, &mut dst, &options(filter))
-        .expect("same pixel type");
-    let pixels = dst.into_vec();
+    let pixels = resize_in_bands(&src_ref, (width, height), filter);
     match pixel_type {
         PixelType::U8x3 => RgbImage::from_raw(width, height, pixels).map(DynamicImage::ImageRgb8),
         _ => RgbaImage::from_raw(width, height, pixels).map(DynamicImage::ImageRgba8),
@@ -61,16 +58,70 @@ pub fn resize_gray(src: &[u8], src_size: (u32, u32), size: (u32, u32)) -> Vec<u8
     }
     let src_ref = ImageRef::new(src_size.0, src_size.1, src, PixelType::U8)
         .expect("the plane's length matches its size");
-    let mut dst = Image::new(size.0, size.1, PixelType::U8);
-    Resizer::new()
-        .resize(&src_ref, &mut dst, &options(Filter::CatmullRom))
-        .expect("same pixel type");
-    dst.into_vec()
+    resize_in_bands(&src_ref, size, Filter::CatmullRom)
+}
+
+/// Resizes `src` to `size`, bands of rows at a time on every core. A band
+/// crops the source to the rows it maps to; the filter still reads past the
+/// crop (up to the image's edges), so the bands join without seams.
+fn resize_in_bands(src: &ImageRef, size: (u32, u32), filter: Filter) -> Vec<u8> {
+    let (width, height) = size;
+    let bytes_a_pixel = src.pixel_type().size();
+    let mut out = vec![0u8; width as usize * height as usize * bytes_a_pixel];
+    if out.is_empty() {
+        return out;
+    }
+    // A few bands a thread, so a slow band does not hold the others up.
+    let band_rows = height.div_ceil(4 * rayon::current_num_threads() as u32);
+    let source_rows_a_row = f64::from(src.height()) / f64::from(height);
+    let band_bytes = band_rows as usize * width as usize * bytes_a_pixel;
+    out.par_chunks_mut(band_bytes)
+        .enumerate()
+        .for_each(|(i, band)| {
+            let rows = (band.len() / (width as usize * bytes_a_pixel)) as u32;
+            let top = f64::from(i as u32 * band_rows) * source_rows_a_row;
+            // min: rounding must not take the last band past the image.
+            let tall = (f64::from(rows) * source_rows_a_row).min(f64::from(src.height()) - top);
+            let options = options(filter).crop(0.0, top, f64::from(src.width()), tall);
+            let mut dst = Image::from_slice_u8(width, rows, band, src.pixel_type())
+                .expect("a band holds its rows");
+            Resizer::new()
+                .resize(src, &mut dst, &options)
+                .expect("same pixel type");
+        });
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The whole resize in one go, as fast_image_resize does it.
+    fn in_one_band(src: &[u8], src_size: (u32, u32), size: (u32, u32), kind: PixelType) -> Vec<u8> {
+        let src = ImageRef::new(src_size.0, src_size.1, src, kind).unwrap();
+        let mut dst = Image::new(size.0, size.1, kind);
+        let options = options(Filter::CatmullRom);
+        Resizer::new().resize(&src, &mut dst, &options).unwrap();
+        dst.into_vec()
+    }
+
+    #[test]
+    fn bands_resize_as_one_pass_does() {
+        let plane: Vec<u8> = (0..97u32 * 61).map(|i| (i * 7919 % 251) as u8).collect();
+        let rgb: Vec<u8> = (0..97u32 * 61 * 3)
+            .map(|i| (i * 104729 % 253) as u8)
+            .collect();
+        for size in [(300, 211), (40, 17), (97, 500), (13, 1)] {
+            let cases = [(&plane, PixelType::U8), (&rgb, PixelType::U8x3)];
+            for (src, kind) in cases {
+                let src_ref = ImageRef::new(97, 61, src, kind).unwrap();
+                let banded = resize_in_bands(&src_ref, size, Filter::CatmullRom);
+                let whole = in_one_band(src, (97, 61), size, kind);
+                let worst = banded.iter().zip(&whole).map(|(a, b)| a.abs_diff(*b)).max();
+                assert!(worst <= Some(1), "{size:?} {kind:?}: off by {worst:?}");
+            }
+        }
+    }
 
     #[test]
     fn a_flat_plane_stays_flat_through_resizing() {
