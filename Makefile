@@ -82,11 +82,13 @@ test-aarch64: models
 	$(ARM) $(CARGO) test --no-run --target $(AARCH64)
 	sh tests/aarch64-smoke.sh target/aarch64/$(AARCH64)/debug/cutout
 
-# Debian packages (cargo-deb): binary, unit, cutout.toml, models, postinst.
-deb: models
+# Debian packages (cargo-deb): binary, unit, cutout.toml, models, ONNX
+# Runtime's library for the package's architecture, postinst.
+deb: models onnxruntime
 	$(CARGO) deb
 deb-arm64: models
-	$(ARM) $(CARGO) deb --target $(AARCH64)
+	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir target/aarch64/onnxruntime
+	$(ARM) $(CARGO) deb --target $(AARCH64) --variant arm64
 	@ls target/aarch64/debian/*_arm64.deb
 
 # The amd64 package installed in a fresh Debian 12 chroot and used there.

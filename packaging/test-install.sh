@@ -33,15 +33,25 @@ chroot "$root" test -L /etc/systemd/system/multi-user.target.wants/cutout.servic
 port=$((20000 + $$ % 20000))
 as_cutout cutout --config /etc/cutout/cutout.toml account create booth --plan pro
 key=$(as_cutout cutout --config /etc/cutout/cutout.toml key create booth | tail -n 1)
-CUTOUT_LISTEN=127.0.0.1:$port CUTOUT_MODEL=u2netp CUTOUT_MDNS_ENABLED=false \
-    chroot --userspec=cutout:cutout "$root" cutout --config /etc/cutout/cutout.toml serve &
-pid=$!
-i=0
-until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do
-    i=$((i + 1)); [ $i -lt 300 ] || { echo "the installed server never became ready"; exit 1; }
-    sleep 0.2
-done
-curl -sf -H "X-Api-Key: $key" -F "image_file=@$photo" \
-    "http://127.0.0.1:$port/api/remove-bg" -o "$root/tmp/cutout.png"
-head -c 8 "$root/tmp/cutout.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a"
-echo "installed package: --version, configuration, service user and API all work"
+# Serves one photo with ENGINE from the installed files, then stops.
+cut_out_with() {
+    CUTOUT_LISTEN=127.0.0.1:$port CUTOUT_MODEL=u2netp CUTOUT_ENGINE=$1 CUTOUT_MDNS_ENABLED=false \
+        chroot --userspec=cutout:cutout "$root" cutout --config /etc/cutout/cutout.toml serve &
+    pid=$!
+    i=0
+    until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do
+        i=$((i + 1)); [ $i -lt 300 ] || { echo "the installed server ($1) never became ready"; exit 1; }
+        sleep 0.2
+    done
+    rm -f "$root/tmp/cutout.png"
+    curl -sf -H "X-Api-Key: $key" -F "image_file=@$photo" \
+        "http://127.0.0.1:$port/api/remove-bg" -o "$root/tmp/cutout.png"
+    head -c 8 "$root/tmp/cutout.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a"
+    kill "$pid"
+    wait "$pid" || true
+    pid=""
+}
+cut_out_with tract
+# The packaged ONNX Runtime library: found, its sha256 checked, loaded.
+cut_out_with onnxruntime
+echo "installed package: --version, configuration, service user and API on both engines all work"
