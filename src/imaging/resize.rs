@@ -97,11 +97,11 @@ mod tests {
     use super::*;
 
     /// The whole resize in one go, as fast_image_resize does it.
-    fn in_one_band(src: &[u8], src_size: (u32, u32), size: (u32, u32), kind: PixelType) -> Vec<u8> {
-        let src = ImageRef::new(src_size.0, src_size.1, src, kind).unwrap();
-        let mut dst = Image::new(size.0, size.1, kind);
-        let options = options(Filter::CatmullRom);
-        Resizer::new().resize(&src, &mut dst, &options).unwrap();
+    fn in_one_band(src: &ImageRef, size: (u32, u32), filter: Filter) -> Vec<u8> {
+        let mut dst = Image::new(size.0, size.1, src.pixel_type());
+        Resizer::new()
+            .resize(src, &mut dst, &options(filter))
+            .unwrap();
         dst.into_vec()
     }
 
@@ -112,13 +112,17 @@ mod tests {
             .map(|i| (i * 104729 % 253) as u8)
             .collect();
         for size in [(300, 211), (40, 17), (97, 500), (13, 1)] {
-            let cases = [(&plane, PixelType::U8), (&rgb, PixelType::U8x3)];
-            for (src, kind) in cases {
-                let src_ref = ImageRef::new(97, 61, src, kind).unwrap();
-                let banded = resize_in_bands(&src_ref, size, Filter::CatmullRom);
-                let whole = in_one_band(src, (97, 61), size, kind);
+            let kinds = [(&plane, PixelType::U8), (&rgb, PixelType::U8x3)];
+            let filters = [Filter::CatmullRom, Filter::Bilinear];
+            for ((src, kind), filter) in kinds.iter().flat_map(|k| filters.map(|f| (*k, f))) {
+                let src = ImageRef::new(97, 61, src, kind).unwrap();
+                let banded = resize_in_bands(&src, size, filter);
+                let whole = in_one_band(&src, size, filter);
                 let worst = banded.iter().zip(&whole).map(|(a, b)| a.abs_diff(*b)).max();
-                assert!(worst <= Some(1), "{size:?} {kind:?}: off by {worst:?}");
+                assert!(
+                    worst <= Some(1),
+                    "{size:?} {kind:?} {filter:?}: off by {worst:?}"
+                );
             }
         }
     }
