@@ -84,11 +84,12 @@ test-aarch64: models
 
 # Debian packages (cargo-deb): binary, unit, cutout.toml, models, ONNX
 # Runtime's library for the package's architecture, postinst.
-deb: models onnxruntime
+deb: models
+	python3 models/fetch.py onnxruntime --models-dir target/release
 	$(CARGO) deb
 deb-arm64: models
-	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir target/aarch64/onnxruntime
-	$(ARM) $(CARGO) deb --target $(AARCH64) --variant arm64
+	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir target/aarch64/$(AARCH64)/release
+	$(ARM) $(CARGO) deb --target $(AARCH64)
 	@ls target/aarch64/debian/*_arm64.deb
 
 # The amd64 package installed in a fresh Debian 12 chroot and used there.
