@@ -84,18 +84,13 @@ fn tiled_fits(
     let around = |start: usize, margin: usize, n: usize| {
         start.saturating_sub(margin)..(start + TILE + margin).min(n)
     };
-    let tiles: Vec<(usize, usize)> = (0..h)
-        .step_by(TILE)
-        .flat_map(|ty| (0..w).step_by(TILE).map(move |tx| (tx, ty)))
-        .collect();
-    let fitted: Vec<_> = tiles
-        .into_par_iter()
-        .filter_map(|(tx, ty)| {
+    for ty in (0..h).step_by(TILE) {
+        for tx in (0..w).step_by(TILE) {
             let (xs, ys) = (around(tx, REACH, w), around(ty, REACH, h));
             let first = small_matte[ys.start * w + xs.start];
             let rows = |y: usize| &small_matte[y * w + xs.start..y * w + xs.end];
             if ys.clone().all(|y| rows(y).iter().all(|&m| m == first)) {
-                return None;
+                continue;
             }
             let (xs, ys) = (around(tx, NEEDS, w), around(ty, NEEDS, h));
             let crop = |plane: &[f32]| -> Vec<f32> {
@@ -104,24 +99,17 @@ fn tiled_fits(
                     .copied()
                     .collect()
             };
-            let fits = linear_fits(
-                &colour.each_ref().map(|c| crop(c)),
-                crop(&matte),
-                xs.len(),
-                ys.len(),
-            );
-            Some(((tx, ty), (xs, ys), fits))
-        })
-        .collect();
-    for ((tx, ty), (xs, ys), (fit_a, fit_b)) in fitted {
-        let cw = xs.len();
-        for y in ty..(ty + TILE).min(h) {
-            for x in tx..(tx + TILE).min(w) {
-                let (from, to) = ((y - ys.start) * cw + x - xs.start, y * w + x);
-                for c in 0..3 {
-                    a[c][to] = fit_a[c][from];
+            let (cw, ch) = (xs.len(), ys.len());
+            let (fit_a, fit_b) =
+                linear_fits(&colour.each_ref().map(|c| crop(c)), crop(&matte), cw, ch);
+            for y in ty..(ty + TILE).min(h) {
+                for x in tx..(tx + TILE).min(w) {
+                    let (from, to) = ((y - ys.start) * cw + x - xs.start, y * w + x);
+                    for c in 0..3 {
+                        a[c][to] = fit_a[c][from];
+                    }
+                    b[to] = fit_b[from];
                 }
-                b[to] = fit_b[from];
             }
         }
     }
