@@ -218,7 +218,7 @@ impl Pipeline {
         drop(kept);
         imaging::recolour_partial_pixels(&mut cut, &model_input, &small_matte);
         watch.lap("compose");
-        let png = imaging::encode_png(&cut).map_err(|e| ApiError::Internal(e.into()))?;
+        let png = imaging::encode_png(&cut);
         watch.lap("encode");
         Ok(CutOut {
             png,

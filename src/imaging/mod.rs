@@ -7,16 +7,17 @@ mod edges;
 mod foreground;
 mod geometry;
 mod planes;
+mod png;
 mod resize;
 
 pub use decode::{decode, format_of, DecodeError};
 pub use edges::refine_edges;
 pub use foreground::recolour_partial_pixels;
 pub use geometry::{fit_within, output_size, GeometryError};
+pub use png::encode_png;
 pub use resize::{resize, resize_gray, resize_with, Filter};
 
-use image::codecs::png::{CompressionType, FilterType, PngEncoder};
-use image::{DynamicImage, ImageEncoder, RgbaImage};
+use image::{DynamicImage, RgbaImage};
 use rayon::prelude::*;
 
 /// The cut-out: `image`'s colours with `matte` (same size, one byte a pixel)
@@ -69,20 +70,6 @@ fn is_partial(alpha: u8) -> bool {
     alpha.wrapping_sub(1) < 254
 }
 
-/// `Fast` deflate with the Paeth filter: of every setting, the fastest on a
-/// 12 MP cut-out at the adaptive filter's size (`examples/png_settings.rs`,
-/// BENCHMARKS.md).
-pub fn encode_png(image: &RgbaImage) -> image::ImageResult<Vec<u8>> {
-    let mut out = Vec::with_capacity(image.as_raw().len() / 3);
-    PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Paeth).write_image(
-        image.as_raw(),
-        image.width(),
-        image.height(),
-        image::ExtendedColorType::Rgba8,
-    )?;
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +98,7 @@ mod tests {
         let img = RgbaImage::from_fn(5, 4, |x, y| {
             image::Rgba([x as u8, y as u8, 7, (x * 50) as u8])
         });
-        let png = encode_png(&img).unwrap();
+        let png = encode_png(&img);
         let back = image::load_from_memory(&png).unwrap().into_rgba8();
         assert_eq!(back, img);
     }
