@@ -7,7 +7,7 @@
 //! so the edge follows the photo's own. Only pixels the resized matte leaves
 //! partial are recomputed: elsewhere the fit is flat and changes nothing.
 
-use super::planes::{rgb_bytes, rgb_planes, Bilinear, BoxWindow};
+use super::planes::{rgb_bytes, Bilinear, BoxWindow};
 use image::DynamicImage;
 use rayon::prelude::*;
 
@@ -40,7 +40,7 @@ pub fn refine_edges(
     {
         return;
     }
-    let (a, b) = tiled_fits(&rgb_planes(small), small_matte, w, h);
+    let fits = tiled_fits(small, small_matte, w, h);
     let (pixels, step) = rgb_bytes(image);
     let sampler = Bilinear::new((w, h), (full_w, full_h));
     let rows = matte
@@ -51,12 +51,12 @@ pub fn refine_edges(
             if !super::is_partial(*m) {
                 continue;
             }
-            let at = sampler.at(x, y);
+            let [a_r, a_g, a_b, b] = sampler.at(x, y).sample(&fits);
             let px = &pixel_row[x * step..];
-            let fitted = (0..3)
-                .map(|c| at.sample(&a[c]) * f32::from(px[c]) / 255.0)
-                .sum::<f32>()
-                + at.sample(&b);
+            let fitted = a_r * f32::from(px[0]) / 255.0
+                + a_g * f32::from(px[1]) / 255.0
+                + a_b * f32::from(px[2]) / 255.0
+                + b;
             *m = (fitted.clamp(0.0, 1.0) * 255.0).round() as u8;
         }
     });
@@ -64,13 +64,11 @@ pub fn refine_edges(
 
 /// `linear_fits` where they matter: in tiles of the grid near a change of
 /// the matte. Elsewhere the fit is flat (`a = 0`, `b` the matte), which is
-/// what the filter gives there, and no partial pixel samples it.
-fn tiled_fits(
-    colour: &[Vec<f32>; 3],
-    small_matte: &[u8],
-    w: usize,
-    h: usize,
-) -> ([Vec<f32>; 3], Vec<f32>) {
+/// what the filter gives there, and no partial pixel samples it. Each grid
+/// cell holds `[a_r, a_g, a_b, b]`, for `Sample`. The tiles read the photo
+/// and the matte as bytes: whole planes of floats would be fresh memory,
+/// and at 1024² its page faults cost more than the fits.
+fn tiled_fits(small: &DynamicImage, small_matte: &[u8], w: usize, h: usize) -> Vec<[f32; 4]> {
     const TILE: usize = 32;
     // A partial full-size pixel samples grid pixels up to 3 from a change
     // (the matte's resize reaches 2, bilinear sampling 1 more).
@@ -78,42 +76,51 @@ fn tiled_fits(
     // A fit's value depends on pixels up to 2 radii away (the window's
     // fit, then the mean of fits).
     const NEEDS: usize = 2 * RADIUS;
-    let matte: Vec<f32> = small_matte.iter().map(|&m| f32::from(m) / 255.0).collect();
-    let mut a: [Vec<f32>; 3] = std::array::from_fn(|_| vec![0.0; w * h]);
-    let mut b = matte.clone();
+    let unit = |byte: u8| f32::from(byte) / 255.0;
+    let (pixels, step) = rgb_bytes(small);
     let around = |start: usize, margin: usize, n: usize| {
         start.saturating_sub(margin)..(start + TILE + margin).min(n)
     };
-    for ty in (0..h).step_by(TILE) {
-        for tx in (0..w).step_by(TILE) {
+    let tiles: Vec<(usize, usize)> = (0..h)
+        .step_by(TILE)
+        .flat_map(|ty| (0..w).step_by(TILE).map(move |tx| (tx, ty)))
+        .collect();
+    // Each tile's fit reads only the photo and the matte: the tiles are
+    // fitted on every core, then copied into place.
+    let fitted: Vec<_> = tiles
+        .into_par_iter()
+        .filter_map(|(tx, ty)| {
             let (xs, ys) = (around(tx, REACH, w), around(ty, REACH, h));
             let first = small_matte[ys.start * w + xs.start];
             let rows = |y: usize| &small_matte[y * w + xs.start..y * w + xs.end];
             if ys.clone().all(|y| rows(y).iter().all(|&m| m == first)) {
-                continue;
+                return None;
             }
             let (xs, ys) = (around(tx, NEEDS, w), around(ty, NEEDS, h));
-            let crop = |plane: &[f32]| -> Vec<f32> {
+            let crop = |bytes: &[u8], step: usize, offset: usize| -> Vec<f32> {
                 ys.clone()
-                    .flat_map(|y| &plane[y * w + xs.start..y * w + xs.end])
-                    .copied()
+                    .flat_map(|y| xs.clone().map(move |x| (y * w + x) * step + offset))
+                    .map(|at| unit(bytes[at]))
                     .collect()
             };
-            let (cw, ch) = (xs.len(), ys.len());
-            let (fit_a, fit_b) =
-                linear_fits(&colour.each_ref().map(|c| crop(c)), crop(&matte), cw, ch);
-            for y in ty..(ty + TILE).min(h) {
-                for x in tx..(tx + TILE).min(w) {
-                    let (from, to) = ((y - ys.start) * cw + x - xs.start, y * w + x);
-                    for c in 0..3 {
-                        a[c][to] = fit_a[c][from];
-                    }
-                    b[to] = fit_b[from];
-                }
+            let colour = std::array::from_fn(|c| crop(&pixels, step, c));
+            let fits = linear_fits(&colour, crop(small_matte, 1, 0), xs.len(), ys.len());
+            Some(((tx, ty), (xs.start, ys.start, xs.len()), fits))
+        })
+        .collect();
+    let mut grid: Vec<[f32; 4]> = small_matte
+        .iter()
+        .map(|&m| [0.0, 0.0, 0.0, unit(m)])
+        .collect();
+    for ((tx, ty), (crop_x, crop_y, crop_w), (fit_a, fit_b)) in fitted {
+        for y in ty..(ty + TILE).min(h) {
+            for x in tx..(tx + TILE).min(w) {
+                let from = (y - crop_y) * crop_w + x - crop_x;
+                grid[y * w + x] = [fit_a[0][from], fit_a[1][from], fit_a[2][from], fit_b[from]];
             }
         }
     }
-    (a, b)
+    grid
 }
 
 /// The guided filter's per-window fit `matte ≈ a · colour + b`, averaged

@@ -10,7 +10,7 @@
 //! and the model's matte (`MEANS_PIXELS`) and sampled bilinearly; only the
 //! partial pixels of the full-size cut-out are solved, at full size.
 
-use super::planes::{rgb_planes, Bilinear, BoxWindow, Rgb};
+use super::planes::{interleave, rgb_planes, Bilinear, BoxWindow, Rgb};
 use image::{DynamicImage, RgbaImage};
 use rayon::prelude::*;
 
@@ -56,6 +56,9 @@ pub fn recolour_partial_pixels(cut: &mut RgbaImage, small: &DynamicImage, small_
     };
     let (foreground, background) = means(&narrow, &alpha, &foreground, &background);
 
+    let [f_r, f_g, f_b] = &foreground;
+    let [b_r, b_g, b_b] = &background;
+    let colours = interleave([f_r, f_g, f_b, b_r, b_g, b_b]);
     let (cut_w, cut_h) = (cut.width() as usize, cut.height() as usize);
     let sampler = Bilinear::new((w, h), (cut_w, cut_h));
     let rows = cut.as_mut().par_chunks_exact_mut(cut_w * 4);
@@ -64,10 +67,10 @@ pub fn recolour_partial_pixels(cut: &mut RgbaImage, small: &DynamicImage, small_
             if !super::is_partial(px[3]) {
                 continue;
             }
-            let at = sampler.at(x, y);
+            let sampled = sampler.at(x, y).sample(&colours);
             let a = f32::from(px[3]) / 255.0;
             for c in 0..3 {
-                let (f, b) = (at.sample(&foreground[c]), at.sample(&background[c]));
+                let (f, b) = (sampled[c], sampled[3 + c]);
                 let observed = f32::from(px[c]) / 255.0;
                 px[c] = (solve_foreground(observed, a, f, b) * 255.0).round() as u8;
             }
