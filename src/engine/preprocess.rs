@@ -103,8 +103,7 @@ pub fn to_tensor(image: &DynamicImage, norm: &Normalise, place: Placement) -> Ve
     let plane = in_w * in_h;
     let mut out = vec![0f32; plane * 3];
     let [red, green, blue] = planes_of(&mut out, plane);
-    // Row by row on every core: a division per pixel for its place took
-    // longer than the arithmetic.
+    // Row by row on every core, so a pixel's place needs no division.
     let rows = red
         .par_chunks_exact_mut(in_w)
         .zip(green.par_chunks_exact_mut(in_w))

@@ -160,9 +160,9 @@ impl Bilinear {
 }
 
 impl Sample {
-    /// All of a grid's values at once: a sample reads four cells, not four
-    /// a plane (`interleave`), which at a 12 MP photo's edges is most of
-    /// the work.
+    /// All of a grid's values at once: one sample of several planes reads
+    /// four neighbouring cells (`interleave`), not four scattered ones a
+    /// plane.
     pub fn sample<const N: usize>(&self, grid: &[[f32; N]]) -> [f32; N] {
         let (i, w) = (&self.index, &self.weight);
         let cells = [&grid[i[0]], &grid[i[1]], &grid[i[2]], &grid[i[3]]];

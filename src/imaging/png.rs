@@ -10,10 +10,8 @@
 //! pieces'. fdeflate's Huffman table is fixed, so splitting costs only a
 //! block header (about 55 bytes) a band.
 
-use rayon::prelude::*;
-use std::io::Write;
-
 use image::RgbaImage;
+use rayon::prelude::*;
 
 /// Raw bytes a band aims at: a 12 MP cut-out (48 MB) makes about 24 of
 /// them, enough for rayon to keep every core busy to the end.
@@ -98,10 +96,12 @@ fn join_band(mut stream: Vec<u8>, raw_len: usize, first: bool, last: bool) -> Ba
     let adler = u32::from_be_bytes(stream[adler_at..].try_into().expect("4 bytes"));
     stream.truncate(adler_at);
     if !last {
-        stream[ZLIB_HEADER_BYTES] &= !1; // the block is not the final one
-                                         // fdeflate pads the end-of-block code, which ends in a 1 bit, to the
-                                         // byte with zeros. Three of them are the empty stored block's header;
-                                         // with fewer, a zero byte carries it.
+        // The block is not the final one.
+        stream[ZLIB_HEADER_BYTES] &= !1;
+        // fdeflate pads the end-of-block code, which ends in a 1 bit, to the
+        // byte with zeros. Three of them are the empty stored block's header;
+        // with fewer, a zero byte carries it. (Were a new fdeflate's code to
+        // end in a 0, `bands_join_into_one_valid_png` would fail.)
         let end = *stream.last().expect("the end-of-block code");
         debug_assert_ne!(end, 0);
         if end.leading_zeros() < 3 {
@@ -140,8 +140,7 @@ fn write_chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
     let mut crc = crc32fast::Hasher::new();
     crc.update(kind);
     crc.update(data);
-    out.write_all(&crc.finalize().to_be_bytes())
-        .expect("writing to a Vec");
+    out.extend_from_slice(&crc.finalize().to_be_bytes());
 }
 
 /// The Adler-32 of A followed by B, from each one's and B's length
