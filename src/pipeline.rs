@@ -7,6 +7,7 @@ use crate::engine::preprocess::{matte_from_output, placement, to_tensor};
 use crate::engine::{self, EngineChoice, InferError, Inference, ModelSpec, Readiness};
 use crate::error::ApiError;
 use crate::imaging::{self, DecodeError, GeometryError};
+use image::DynamicImage;
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
@@ -166,6 +167,43 @@ impl Pipeline {
         took
     }
 
+    /// The person model's photo and matte, where the configured model is
+    /// unsure of the subject and the person model, surer, agrees with it
+    /// on most of it (`second_opinion` in the manifest; BENCHMARKS.md,
+    /// "A second opinion"). `None` keeps the first matte, also when the
+    /// person model cannot run.
+    fn second_opinion(
+        &self,
+        original: &DynamicImage,
+        (first_input, first): (&DynamicImage, &[u8]),
+        watch: &mut Stopwatch,
+    ) -> Option<(DynamicImage, Vec<u8>)> {
+        let first_unsure = unsure(first);
+        // `person` is `auto`'s own model when there is only one.
+        if self.person == 0 || first_unsure <= ASK_WHEN_UNSURE_OVER {
+            return None;
+        }
+        self.load(SubjectType::Person);
+        let person = &self.models[self.person];
+        let (input, matte) =
+            match run_model(person, original, watch, ["second-prepare", "second-model"]) {
+                Ok(second) => second,
+                Err(e) => {
+                    log::warn!("no second opinion from {}: {e}", person.spec.name);
+                    return None;
+                }
+            };
+        let surer = unsure(&matte) < first_unsure;
+        let size = |image: &DynamicImage| (image.width(), image.height());
+        let agree = agreement(first, size(first_input), &matte, size(&input));
+        log::debug!(
+            "second opinion from {}: unsure {first_unsure:.3} -> {:.3}, agreement {agree:.2}",
+            person.spec.name,
+            unsure(&matte)
+        );
+        (surer && agree > AGREE_OVER).then_some((input, matte))
+    }
+
     /// Cuts out `bytes`, read while holding `place`, with `subject`'s model.
     pub fn cut_out(
         &self,
@@ -190,22 +228,18 @@ impl Pipeline {
             },
         })?;
 
-        let spec = &model.spec;
-        let place = placement(spec.input, w, h);
-        let (in_w, in_h) = place.input;
-        let (image_w, image_h) = place.image_size();
-        let model_input = imaging::resize_with(&original, image_w, image_h, spec.input_filter);
-        let tensor = to_tensor(&model_input, &spec.normalise, place);
-        watch.lap("prepare");
-        let output = model
-            .inference
-            .run(tensor, in_w, in_h)
-            .map_err(|e| match e {
-                InferError::Loading | InferError::Failed(_) => ApiError::Unavailable(e.to_string()),
-                InferError::Run(cause) => ApiError::Internal(cause),
-            })?;
-        watch.lap("model");
-        let small_matte = matte_from_output(&output, spec, place);
+        let (mut model_input, mut small_matte) =
+            run_model(model, &original, &mut watch, ["prepare", "model"])?;
+        let mut made_by = &model.spec.name;
+        if subject == SubjectType::Auto && model.spec.second_opinion {
+            if let Some(second) =
+                self.second_opinion(&original, (&model_input, &small_matte), &mut watch)
+            {
+                (model_input, small_matte) = second;
+                made_by = &self.models[self.person].spec.name;
+            }
+        }
+        let (image_w, image_h) = (model_input.width(), model_input.height());
         let mut matte = imaging::resize_gray(&small_matte, (image_w, image_h), (out_w, out_h));
 
         let kept = if (out_w, out_h) == (w, h) {
@@ -224,10 +258,70 @@ impl Pipeline {
             png,
             width: out_w,
             height: out_h,
-            model: spec.name.clone(),
+            model: made_by.clone(),
             timings: watch.laps,
         })
     }
+}
+
+/// `model`'s input photo (the original scaled to the model's grid) and its
+/// matte on that grid.
+/// `laps` name its two steps in `watch`.
+fn run_model(
+    model: &Model,
+    original: &DynamicImage,
+    watch: &mut Stopwatch,
+    laps: [&'static str; 2],
+) -> Result<(DynamicImage, Vec<u8>), ApiError> {
+    let spec = &model.spec;
+    let place = placement(spec.input, original.width(), original.height());
+    let (in_w, in_h) = place.input;
+    let (image_w, image_h) = place.image_size();
+    let model_input = imaging::resize_with(original, image_w, image_h, spec.input_filter);
+    let tensor = to_tensor(&model_input, &spec.normalise, place);
+    watch.lap(laps[0]);
+    let output = model
+        .inference
+        .run(tensor, in_w, in_h)
+        .map_err(|e| match e {
+            InferError::Loading | InferError::Failed(_) => ApiError::Unavailable(e.to_string()),
+            InferError::Run(cause) => ApiError::Internal(cause),
+        })?;
+    watch.lap(laps[1]);
+    let matte = matte_from_output(&output, spec, place);
+    Ok((model_input, matte))
+}
+
+/// Alpha strictly between these is neither subject nor background.
+const PARTIAL: std::ops::Range<u8> = 13..243;
+/// A matte more than this partial, over its subject, is asked about again.
+const ASK_WHEN_UNSURE_OVER: f64 = 0.1;
+/// The second matte must cover more than half of what the two cover.
+const AGREE_OVER: f64 = 0.5;
+
+/// How much of what a matte calls subject (alpha over 0.05) it is unsure
+/// of: a model sure of its subject leaves only a rim partial. A matte
+/// with no subject is sure of nothing.
+fn unsure(matte: &[u8]) -> f64 {
+    let subject = matte.iter().filter(|&&a| a >= PARTIAL.start).count();
+    let partial = matte.iter().filter(|&&a| PARTIAL.contains(&a)).count();
+    match subject {
+        0 => 1.0,
+        _ => partial as f64 / subject as f64,
+    }
+}
+
+/// How far two mattes of one photo call the same pixels subject: the sum
+/// of their smaller alpha over the sum of their larger (1 the same, 0
+/// disjoint), compared at the first's size.
+fn agreement(first: &[u8], first_size: (u32, u32), second: &[u8], second_size: (u32, u32)) -> f64 {
+    let second = imaging::resize_gray(second, second_size, first_size);
+    let (mut both, mut either) = (0u64, 0u64);
+    for (&a, &b) in first.iter().zip(&second) {
+        both += u64::from(a.min(b));
+        either += u64::from(a.max(b));
+    }
+    both as f64 / either.max(1) as f64
 }
 
 impl From<DecodeError> for ApiError {
@@ -361,6 +455,70 @@ impl Drop for Place<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `w`×`h` matte: a disc of radius `r` at the centre, opaque inside,
+    /// with a one-pixel partial rim, and `inside` as the disc's alpha.
+    fn disc(w: u32, h: u32, r: f64, inside: u8) -> Vec<u8> {
+        let (cx, cy) = (f64::from(w) / 2.0, f64::from(h) / 2.0);
+        (0..h)
+            .flat_map(|y| (0..w).map(move |x| (f64::from(x) + 0.5, f64::from(y) + 0.5)))
+            .map(|(x, y)| {
+                let d = ((x - cx).powi(2) + (y - cy).powi(2)).sqrt();
+                if d < r - 1.0 {
+                    inside
+                } else if d < r {
+                    128
+                } else {
+                    0
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_matte_is_unsure_where_its_subject_is_partial() {
+        let sure = unsure(&disc(100, 100, 30.0, 255));
+        assert!(sure < 0.1, "only the rim is partial: {sure}");
+        assert_eq!(unsure(&disc(100, 100, 30.0, 128)), 1.0, "all grey");
+        let half = unsure(&[255, 255, 128, 128, 0, 0]);
+        assert!((half - 0.5).abs() < 1e-9, "{half}");
+        assert_eq!(unsure(&[0; 64]), 1.0, "no subject: sure of nothing");
+        assert_eq!(unsure(&[12; 64]), 1.0, "alpha under 0.05 is no subject");
+    }
+
+    #[test]
+    fn mattes_agree_on_the_same_subject_at_any_size() {
+        let first = disc(200, 150, 50.0, 255);
+        let same = agreement(&first, (200, 150), &first, (200, 150));
+        assert!((same - 1.0).abs() < 1e-9);
+        // The same disc on a grid of another size and aspect.
+        let second = disc(100, 75, 25.0, 255);
+        let scaled = agreement(&first, (200, 150), &second, (100, 75));
+        assert!(scaled > 0.95, "{scaled}");
+        let elsewhere: Vec<u8> = disc(200, 150, 50.0, 255)
+            .chunks(200)
+            .flat_map(|row| {
+                row.iter()
+                    .cycle()
+                    .skip(100)
+                    .take(200)
+                    .copied()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let apart = agreement(&first, (200, 150), &elsewhere, (200, 150));
+        assert!(apart < 0.05, "disjoint discs: {apart}");
+        let smaller = agreement(&first, (200, 150), &disc(200, 150, 25.0, 255), (200, 150));
+        assert!(
+            (0.2..0.3).contains(&smaller),
+            "a quarter of the area: {smaller}"
+        );
+        assert_eq!(
+            agreement(&[0; 4], (2, 2), &[0; 4], (2, 2)),
+            0.0,
+            "nothing to agree on"
+        );
+    }
 
     #[test]
     fn the_queue_refuses_only_when_running_and_waiting_are_both_full() {

@@ -67,6 +67,11 @@ pub struct ModelSpec {
     /// so only the onnxruntime engine loads it.
     #[serde(default)]
     pub int8: bool,
+    /// `type=auto` asks the `person` model too where this one is unsure of
+    /// the subject, and keeps its matte where it is surer and agrees on
+    /// most of the subject (BENCHMARKS.md, "A second opinion").
+    #[serde(default)]
+    pub second_opinion: bool,
     /// The model this one is a faster form of: a `type` that picks that
     /// model picks this one instead when it is the configured model.
     #[serde(default)]

@@ -119,3 +119,79 @@ fn tract_refuses_the_int8_isnet_and_says_which_engine_runs_it() {
         "{stderr}"
     );
 }
+
+/// `type=auto` on IS-Net asks MODNet where IS-Net is unsure of its subject
+/// (`second_opinion` in the manifest), and keeps MODNet's matte only where
+/// MODNet is surer and the two agree on most of the subject. Alphamatting
+/// photos: GT01 IS-Net is sure of; GT23, a teddy whose dark knitted jumper
+/// IS-Net half loses; GT26, where MODNet takes another subject.
+#[test]
+fn isnet_asks_modnet_where_unsure_and_keeps_a_surer_matte_of_the_same_subject() {
+    let set = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/eval/dev/alphamatting");
+    let dir = tempfile::tempdir().unwrap();
+    let cut_out = |subject: &str| {
+        let output = dir.path().join(subject);
+        std::fs::create_dir(&output).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+            .args(["--models-dir".as_ref(), models_dir().as_os_str()])
+            .arg("remove")
+            .args(["GT01", "GT23", "GT26"].map(|n| set.join(format!("images/{n}.png"))))
+            .arg(&output)
+            .args([
+                "--model",
+                "isnet",
+                "--engine",
+                "onnxruntime",
+                "--type",
+                subject,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (output, stderr)
+    };
+    let line = |stderr: &str, photo: &str| -> String {
+        let wrote = stderr
+            .lines()
+            .find(|l| l.contains(&format!("{photo}.png ")));
+        wrote
+            .unwrap_or_else(|| panic!("{photo}: {stderr}"))
+            .to_owned()
+    };
+    let (auto, said) = cut_out("auto");
+    let sure = line(&said, "GT01");
+    assert!(
+        sure.contains("with isnet") && !sure.contains("second-model"),
+        "{sure}"
+    );
+    let kept = line(&said, "GT23");
+    assert!(
+        kept.contains("with modnet") && kept.contains("second-model"),
+        "{kept}"
+    );
+    let elsewhere = line(&said, "GT26");
+    assert!(
+        elsewhere.contains("with isnet") && elsewhere.contains("second-model"),
+        "{elsewhere}"
+    );
+
+    // `general` is IS-Net alone; the second opinion is nearer the truth.
+    let (general, said) = cut_out("general");
+    assert!(!said.contains("second-model"), "{said}");
+    let truth = image::open(set.join("gt/GT23.png")).unwrap().to_luma8();
+    let error = |dir: &Path| {
+        let out = image::open(dir.join("GT23.png")).unwrap().to_rgba8();
+        let sum: u64 = out
+            .pixels()
+            .zip(truth.pixels())
+            .map(|(o, t)| u64::from(o.0[3].abs_diff(t.0[0])))
+            .sum();
+        sum as f64 / (255.0 * f64::from(truth.width() * truth.height()))
+    };
+    let (alone, asked) = (error(&general), error(&auto));
+    assert!(
+        asked < alone / 2.0,
+        "MAE: IS-Net alone {alone:.4}, asked {asked:.4}"
+    );
+}
