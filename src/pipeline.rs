@@ -193,15 +193,15 @@ impl Pipeline {
                     return None;
                 }
             };
-        let surer = unsure(&matte) < first_unsure;
+        let second_unsure = unsure(&matte);
         let size = |image: &DynamicImage| (image.width(), image.height());
         let agree = agreement(first, size(first_input), &matte, size(&input));
         log::debug!(
-            "second opinion from {}: unsure {first_unsure:.3} -> {:.3}, agreement {agree:.2}",
-            person.spec.name,
-            unsure(&matte)
+            "second opinion from {}: unsure {first_unsure:.3} -> {second_unsure:.3}, \
+             agreement {agree:.2}",
+            person.spec.name
         );
-        (surer && agree > AGREE_OVER).then_some((input, matte))
+        (second_unsure < first_unsure && agree > AGREE_OVER).then_some((input, matte))
     }
 
     /// Cuts out `bytes`, read while holding `place`, with `subject`'s model.
@@ -265,8 +265,7 @@ impl Pipeline {
 }
 
 /// `model`'s input photo (the original scaled to the model's grid) and its
-/// matte on that grid.
-/// `laps` name its two steps in `watch`.
+/// matte on that grid; `laps` name the two steps in `watch`.
 fn run_model(
     model: &Model,
     original: &DynamicImage,
@@ -292,7 +291,7 @@ fn run_model(
     Ok((model_input, matte))
 }
 
-/// Alpha strictly between these is neither subject nor background.
+/// Alpha from 0.05 to 0.95: neither subject nor background.
 const PARTIAL: std::ops::Range<u8> = 13..243;
 /// A matte more than this partial, over its subject, is asked about again.
 const ASK_WHEN_UNSURE_OVER: f64 = 0.1;

@@ -55,7 +55,7 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                             td {
                                 "Optional, default " code { "auto" } ". Which model makes the matte; any other value is refused with " code { "invalid_type" } "."
                                 ul {
-                                    li { code { "auto" } ": the appliance's configured model (IS-Net unless the operator chose another)." }
+                                    li { code { "auto" } ": the appliance's configured model (IS-Net unless the operator chose another). Where IS-Net is unsure of the subject, MODNet is asked too, and its matte is used when it is surer of the same subject." }
                                     li { code { "person" } ": MODNet, for people: soft edges in hair, but objects beside the person are dropped." }
                                     li { code { "general" } ": IS-Net, for any object, person or animal." }
                                 }

@@ -94,7 +94,7 @@ pub fn document(version: &str) -> Value {
                         "size": { "type": "string", "enum": ["auto", "preview", "full"], "default": "auto",
                             "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP." },
                         "type": { "type": "string", "enum": ["auto", "person", "general"], "default": "auto",
-                            "description": "Which model makes the matte. auto: the appliance's configured model; person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object)." }
+                            "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object)." }
                     }
                 },
                 "encoding": { "image_file": { "contentType": "image/jpeg, image/png, image/webp" } }
