@@ -13,10 +13,11 @@ pub fn document(version: &str) -> Value {
             "headers": {
                 "X-Width": { "schema": { "type": "integer" }, "description": "Width of the cut-out in pixels." },
                 "X-Height": { "schema": { "type": "integer" }, "description": "Height of the cut-out in pixels." },
+                "X-Model": { "schema": { "type": "string" }, "description": "The model that made the matte: isnet, isnet-int8, modnet or u2netp (with type=auto, modnet where IS-Net was unsure and MODNet's second opinion was kept)." },
                 "X-RateLimit-Limit": { "schema": { "type": "integer" }, "description": "Images a month (plans with a monthly limit only)." },
                 "X-RateLimit-Remaining": { "schema": { "type": "integer" }, "description": "Images left this month (plans with a monthly limit only)." },
                 "X-RateLimit-Reset": { "schema": { "type": "integer" }, "description": "Unix time the count resets: the next UTC month (plans with a monthly limit only)." },
-                "Server-Timing": { "schema": { "type": "string" }, "description": "Milliseconds spent on each step (queue, decode, prepare, model, compose, encode), e.g. `decode;dur=12.5, model;dur=1610.2`." }
+                "Server-Timing": { "schema": { "type": "string" }, "description": "Milliseconds spent on each step (queue, decode, prepare, model, compose, encode; second-prepare and second-model where a second opinion was asked), e.g. `decode;dur=12.5, model;dur=1610.2`." }
             },
             "content": { "image/png": { "schema": { "type": "string", "contentMediaType": "image/png" } } }
         }),

@@ -67,6 +67,7 @@ fn handle(
         .with_header(header("Content-Type", "image/png"))
         .with_header(header("X-Width", done.cut.width))
         .with_header(header("X-Height", done.cut.height))
+        .with_header(header("X-Model", &done.cut.model))
         .with_header(header("Server-Timing", server_timing(&done.cut.timings)));
     if let Some(limit) = caller.account.plan.monthly_limit {
         response.add_header(header("X-RateLimit-Limit", limit));

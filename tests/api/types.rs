@@ -6,7 +6,14 @@
 use crate::helpers::*;
 use std::path::Path;
 
-fn alpha_of(server: &Server, key: &str, photo: &[u8], subject: Option<&str>) -> Vec<u8> {
+/// The cut-out's alpha, once `X-Model` is `model`.
+fn alpha_of(
+    server: &Server,
+    key: &str,
+    photo: &[u8],
+    subject: Option<&str>,
+    model: &str,
+) -> Vec<u8> {
     let mut form = Multipart::new();
     form.file("image_file", photo);
     if let Some(subject) = subject {
@@ -14,6 +21,7 @@ fn alpha_of(server: &Server, key: &str, photo: &[u8], subject: Option<&str>) -> 
     }
     let reply = post_form(server.addr, Some(key), &form);
     assert_eq!(reply.status, 200, "type {subject:?}: {}", reply.text());
+    assert_eq!(reply.header("x-model"), Some(model), "type {subject:?}");
     reply.png().pixels().map(|p| p.0[3]).collect()
 }
 
@@ -39,11 +47,11 @@ fn each_type_runs_its_own_model_loaded_once_on_first_use() {
     // The configured model (`type=auto`) is U2NetP here.
     let server = Server::start(data.path(), "info", &["--engine", "onnxruntime"]);
 
-    let unnamed = alpha_of(&server, &key, &photo, None);
-    let auto = alpha_of(&server, &key, &photo, Some("auto"));
-    let person = alpha_of(&server, &key, &photo, Some("person"));
-    let person_again = alpha_of(&server, &key, &photo, Some("person"));
-    let general = alpha_of(&server, &key, &photo, Some(" general "));
+    let unnamed = alpha_of(&server, &key, &photo, None, "u2netp");
+    let auto = alpha_of(&server, &key, &photo, Some("auto"), "u2netp");
+    let person = alpha_of(&server, &key, &photo, Some("person"), "modnet");
+    let person_again = alpha_of(&server, &key, &photo, Some("person"), "modnet");
+    let general = alpha_of(&server, &key, &photo, Some(" general "), "isnet");
 
     assert!(difference(&unnamed, &auto) < 0.5, "no type is auto");
     assert!(
