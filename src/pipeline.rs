@@ -167,20 +167,25 @@ impl Pipeline {
         took
     }
 
-    /// The person model's photo and matte, where the configured model is
+    /// The person model, its photo and its matte, where the configured model is
     /// unsure of the subject and the person model, surer, agrees with it
     /// on most of it (`second_opinion` in the manifest; BENCHMARKS.md,
     /// "A second opinion"). `None` keeps the first matte, also when the
     /// person model cannot run.
     fn second_opinion(
         &self,
+        subject: SubjectType,
         original: &DynamicImage,
         (first_input, first): (&DynamicImage, &[u8]),
         watch: &mut Stopwatch,
-    ) -> Option<(DynamicImage, Vec<u8>)> {
-        let first_unsure = unsure(first);
+    ) -> Option<(&Model, DynamicImage, Vec<u8>)> {
         // `person` is `auto`'s own model when there is only one.
-        if self.person == 0 || first_unsure <= ASK_WHEN_UNSURE_OVER {
+        let asks = subject == SubjectType::Auto && self.default_model().spec.second_opinion;
+        if !asks || self.person == 0 {
+            return None;
+        }
+        let first_unsure = unsure(first);
+        if first_unsure <= ASK_WHEN_UNSURE_OVER {
             return None;
         }
         self.load(SubjectType::Person);
@@ -201,7 +206,7 @@ impl Pipeline {
              agreement {agree:.2}",
             person.spec.name
         );
-        (second_unsure < first_unsure && agree > AGREE_OVER).then_some((input, matte))
+        (second_unsure < first_unsure && agree > AGREE_OVER).then_some((person, input, matte))
     }
 
     /// Cuts out `bytes`, read while holding `place`, with `subject`'s model.
@@ -230,14 +235,10 @@ impl Pipeline {
 
         let (mut model_input, mut small_matte) =
             run_model(model, &original, &mut watch, ["prepare", "model"])?;
-        let mut made_by = &model.spec.name;
-        if subject == SubjectType::Auto && model.spec.second_opinion {
-            if let Some(second) =
-                self.second_opinion(&original, (&model_input, &small_matte), &mut watch)
-            {
-                (model_input, small_matte) = second;
-                made_by = &self.models[self.person].spec.name;
-            }
+        let mut made_by = model;
+        let first = (&model_input, small_matte.as_slice());
+        if let Some(second) = self.second_opinion(subject, &original, first, &mut watch) {
+            (made_by, model_input, small_matte) = second;
         }
         let (image_w, image_h) = (model_input.width(), model_input.height());
         let mut matte = imaging::resize_gray(&small_matte, (image_w, image_h), (out_w, out_h));
@@ -258,7 +259,7 @@ impl Pipeline {
             png,
             width: out_w,
             height: out_h,
-            model: made_by.clone(),
+            model: made_by.spec.name.clone(),
             timings: watch.laps,
         })
     }
@@ -302,8 +303,11 @@ const AGREE_OVER: f64 = 0.5;
 /// of: a model sure of its subject leaves only a rim partial. A matte
 /// with no subject is sure of nothing.
 fn unsure(matte: &[u8]) -> f64 {
-    let subject = matte.iter().filter(|&&a| a >= PARTIAL.start).count();
-    let partial = matte.iter().filter(|&&a| PARTIAL.contains(&a)).count();
+    let (mut subject, mut partial) = (0usize, 0usize);
+    for &a in matte.iter().filter(|&&a| a >= PARTIAL.start) {
+        subject += 1;
+        partial += usize::from(a < PARTIAL.end);
+    }
     match subject {
         0 => 1.0,
         _ => partial as f64 / subject as f64,
