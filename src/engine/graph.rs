@@ -108,15 +108,12 @@ fn split_convolutions_over_concats(graph: &mut GraphProto) {
             continue;
         };
         let out = &conv.output[0];
-        let mut sum = String::new();
+        let mut parts = Vec::with_capacity(split.inputs.len());
         for (k, (input, weight)) in split.inputs.iter().zip(&split.weights).enumerate() {
             let (name, part) = (format!("{out}_part{k}_weight"), format!("{out}_part{k}"));
             graph.initializer.push(TensorProto {
                 name: name.clone(),
-                data_type: F32,
-                dims: weight.0.clone(),
-                float_data: weight.1.clone(),
-                ..TensorProto::default()
+                ..weight.clone()
             });
             let mut inputs = vec![input.clone(), name];
             if k == 0 {
@@ -128,24 +125,22 @@ fn split_convolutions_over_concats(graph: &mut GraphProto) {
                 output: vec![part.clone()],
                 ..conv.clone()
             });
-            if k > 0 {
-                let last = k + 1 == split.inputs.len();
-                let total = if last {
-                    out.clone()
-                } else {
-                    format!("{out}_sum{k}")
-                };
-                nodes.push(NodeProto {
-                    name: total.clone(),
-                    op_type: "Add".into(),
-                    input: vec![std::mem::take(&mut sum), part],
-                    output: vec![total.clone()],
-                    ..NodeProto::default()
-                });
-                sum = total;
-            } else {
-                sum = part;
-            }
+            parts.push(part);
+        }
+        let mut sum = parts[0].clone();
+        for (k, part) in parts.iter().enumerate().skip(1) {
+            let total = match k + 1 == parts.len() {
+                true => out.clone(),
+                false => format!("{out}_sum{k}"),
+            };
+            nodes.push(NodeProto {
+                name: total.clone(),
+                op_type: "Add".into(),
+                input: vec![sum, part.clone()],
+                output: vec![total.clone()],
+                ..NodeProto::default()
+            });
+            sum = total;
         }
     }
     graph.node = nodes;
@@ -154,27 +149,23 @@ fn split_convolutions_over_concats(graph: &mut GraphProto) {
 }
 
 struct Split {
-    /// The concatenation's index, its inputs, and the weights of each part:
-    /// dims and values.
+    /// The concatenation's index, its inputs, and the weights of each part
+    /// (not yet named).
     concat: usize,
     inputs: Vec<String>,
-    weights: Vec<(Vec<i64>, Vec<f32>)>,
+    weights: Vec<TensorProto>,
 }
 
 /// The convolutions to split, by index.
 fn plan_splits(graph: &GraphProto) -> HashMap<usize, Split> {
-    let channels = channels(graph);
+    let weights = initializers(graph);
+    let channels = channels(graph, &weights);
     let mut readers: HashMap<&str, usize> = HashMap::new();
     for input in graph.node.iter().flat_map(|n| &n.input) {
         *readers.entry(input.as_str()).or_default() += 1;
     }
     let producers: HashMap<&str, usize> = (graph.node.iter().enumerate())
         .flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i)))
-        .collect();
-    let weights: HashMap<&str, &TensorProto> = graph
-        .initializer
-        .iter()
-        .map(|t| (t.name.as_str(), t))
         .collect();
     let mut splits = HashMap::new();
     for (index, conv) in graph.node.iter().enumerate() {
@@ -219,8 +210,16 @@ fn plan_splits(graph: &GraphProto) -> HashMap<usize, Split> {
     splits
 }
 
+fn initializers(graph: &GraphProto) -> HashMap<&str, &TensorProto> {
+    graph
+        .initializer
+        .iter()
+        .map(|t| (t.name.as_str(), t))
+        .collect()
+}
+
 /// A convolution's weights `[out, in, kh, kw]` cut along `in` into `parts`.
-fn slice_input_channels(weight: &TensorProto, parts: &[i64]) -> Option<Vec<(Vec<i64>, Vec<f32>)>> {
+fn slice_input_channels(weight: &TensorProto, parts: &[i64]) -> Option<Vec<TensorProto>> {
     let values = floats(weight)?;
     let [outputs, inputs, kh, kw] = weight.dims[..] else {
         return None;
@@ -232,13 +231,18 @@ fn slice_input_channels(weight: &TensorProto, parts: &[i64]) -> Option<Vec<(Vec<
     let mut start = 0;
     let sliced = parts.iter().map(|&part| {
         let part_len = part as usize * window;
-        let values = values
+        let float_data = values
             .chunks_exact(inputs * window)
             .flat_map(|filter| &filter[start..start + part_len])
             .copied()
             .collect();
         start += part_len;
-        (vec![outputs, part, kh, kw], values)
+        TensorProto {
+            data_type: F32,
+            dims: vec![outputs, part, kh, kw],
+            float_data,
+            ..TensorProto::default()
+        }
     });
     Some(sliced.collect())
 }
@@ -246,7 +250,7 @@ fn slice_input_channels(weight: &TensorProto, parts: &[i64]) -> Option<Vec<(Vec<
 /// The number of channels (dimension 1) of every tensor that can be told
 /// without running the graph: from the declared inputs, the convolutions'
 /// weights, and the operators in between that keep or join channels.
-fn channels(graph: &GraphProto) -> HashMap<String, i64> {
+fn channels(graph: &GraphProto, weights: &HashMap<&str, &TensorProto>) -> HashMap<String, i64> {
     let mut known: HashMap<String, i64> = HashMap::new();
     for input in &graph.input {
         if let Some(Value::TensorType(tensor)) =
@@ -268,11 +272,6 @@ fn channels(graph: &GraphProto) -> HashMap<String, i64> {
             .and_then(ints);
         constants.extend(value.map(|v| (node.output[0].as_str(), v)));
     }
-    let weights: HashMap<&str, &TensorProto> = graph
-        .initializer
-        .iter()
-        .map(|t| (t.name.as_str(), t))
-        .collect();
     // Producers may be listed after their consumers: sweep until nothing is learnt.
     let mut learnt = true;
     while learnt {
@@ -351,33 +350,24 @@ fn int(node: &NodeProto, name: &str) -> Option<i64> {
 }
 
 fn floats(tensor: &TensorProto) -> Option<Vec<f32>> {
-    if tensor.data_type != F32 {
-        return None;
-    }
-    if !tensor.float_data.is_empty() {
-        return Some(tensor.float_data.clone());
-    }
-    let bytes = tensor.raw_data.chunks_exact(4);
-    Some(
-        bytes
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-    )
+    (tensor.data_type == F32)
+        .then(|| values(&tensor.float_data, &tensor.raw_data, f32::from_le_bytes))
 }
 
 fn ints(tensor: &TensorProto) -> Option<Vec<i64>> {
-    if tensor.data_type != I64 {
-        return None;
+    (tensor.data_type == I64)
+        .then(|| values(&tensor.int64_data, &tensor.raw_data, i64::from_le_bytes))
+}
+
+/// A tensor's values: its typed field, or else its little-endian bytes.
+fn values<T: Copy, const N: usize>(typed: &[T], raw: &[u8], from_le: fn([u8; N]) -> T) -> Vec<T> {
+    if !typed.is_empty() {
+        return typed.to_vec();
     }
-    if !tensor.int64_data.is_empty() {
-        return Some(tensor.int64_data.clone());
-    }
-    let bytes = tensor.raw_data.chunks_exact(8);
-    Some(
-        bytes
-            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .collect(),
-    )
+    let bytes = raw.chunks_exact(N);
+    bytes
+        .map(|b| from_le(b.try_into().expect("N bytes")))
+        .collect()
 }
 
 fn widen_fp16(graph: &mut GraphProto) {
@@ -610,7 +600,7 @@ mod tests {
     #[test]
     fn aligned_or_unknown_channels_are_left_joined() {
         let mut aligned = photo_joined_to_features();
-        aligned.node[2].input = vec!["features".into(), "features".into()];
+        aligned.node[1].input = vec!["features".into(), "features".into()];
         aligned.initializer[1] = floats_tensor("w2", vec![16, 32, 3, 3]);
         let mut unknown = photo_joined_to_features();
         unknown.input.clear();
@@ -654,7 +644,7 @@ mod tests {
             input: vec![image_input()],
             ..GraphProto::default()
         };
-        let known = channels(&graph);
+        let known = channels(&graph, &initializers(&graph));
         let count = |name: &str| known.get(name).copied();
         assert_eq!(count("features"), Some(16));
         assert_eq!(count("half"), Some(8));
