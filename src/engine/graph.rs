@@ -93,7 +93,7 @@ fn plain_half_pixel(graph: &mut GraphProto) {
 }
 
 fn split_convolutions_over_concats(graph: &mut GraphProto) {
-    let splits = plan_splits(graph);
+    let mut splits = plan_splits(graph);
     if splits.is_empty() {
         return;
     }
@@ -103,19 +103,19 @@ fn split_convolutions_over_concats(graph: &mut GraphProto) {
         if concats.contains(&index) {
             continue;
         }
-        let Some(split) = splits.get(&index) else {
+        let Some(split) = splits.remove(&index) else {
             nodes.push(conv);
             continue;
         };
         let out = &conv.output[0];
         let mut parts = Vec::with_capacity(split.inputs.len());
-        for (k, (input, weight)) in split.inputs.iter().zip(&split.weights).enumerate() {
+        for (k, (input, weight)) in split.inputs.into_iter().zip(split.weights).enumerate() {
             let (name, part) = (format!("{out}_part{k}_weight"), format!("{out}_part{k}"));
             graph.initializer.push(TensorProto {
                 name: name.clone(),
-                ..weight.clone()
+                ..weight
             });
-            let mut inputs = vec![input.clone(), name];
+            let mut inputs = vec![input, name];
             if k == 0 {
                 inputs.extend(conv.input.get(2).cloned()); // the bias, once
             }
