@@ -240,21 +240,13 @@ impl Pipeline {
         if let Some(second) = self.second_opinion(subject, &original, first, &mut watch) {
             (made_by, model_input, small_matte) = second;
         }
-        let (image_w, image_h) = (model_input.width(), model_input.height());
-        let mut matte = imaging::resize_gray(&small_matte, (image_w, image_h), (out_w, out_h));
-
         let kept = if (out_w, out_h) == (w, h) {
             original
         } else {
             imaging::resize(&original, out_w, out_h)
         };
-        imaging::refine_edges(&mut matte, &kept, &model_input, &small_matte);
-        let mut cut = imaging::cut_out(&kept, &matte);
-        drop(kept);
-        imaging::recolour_partial_pixels(&mut cut, &model_input, &small_matte);
+        let png = imaging::cut_out_png(&kept, &model_input, &small_matte);
         watch.lap("compose");
-        let png = imaging::encode_png(&cut);
-        watch.lap("encode");
         Ok(CutOut {
             png,
             width: out_w,

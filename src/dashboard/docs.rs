@@ -72,7 +72,7 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                 li { code { "X-Width" } ", " code { "X-Height" } ": the cut-out's size in pixels." }
                 li { code { "X-Model" } ": the model that made the matte (" code { "modnet" } " where " code { "auto" } " kept MODNet's second opinion)." }
                 li { code { "X-RateLimit-Limit" } ", " code { "X-RateLimit-Remaining" } ", " code { "X-RateLimit-Reset" } " (Unix time): on plans with a monthly limit." }
-                li { code { "Server-Timing" } ": milliseconds spent on each step: " code { "queue" } ", " code { "decode" } ", " code { "prepare" } ", " code { "model" } ", " code { "compose" } ", " code { "encode" } "; " code { "second-prepare" } " and " code { "second-model" } " where a second opinion was asked." }
+                li { code { "Server-Timing" } ": milliseconds spent on each step: " code { "queue" } ", " code { "decode" } ", " code { "prepare" } ", " code { "model" } ", " code { "compose" } " (the matte at full size, the cut-out and its PNG, made together); " code { "second-prepare" } " and " code { "second-model" } " where a second opinion was asked." }
             }
             p { "Only successful calls are counted. Months are UTC calendar months. Pro: 500 images a month, 5 requests at a time. Business: no monthly limit, 50 at a time." }
         }

@@ -20,56 +20,81 @@ const EPSILON: f32 = 1e-4;
 /// smooths (measured on the dev photos at their own size).
 const FINER_BY: f32 = 1.5;
 
-/// Refines `matte` (the size of `image`, one byte a pixel) where it is
-/// partial. `small` is the photo on the model's grid, the size of
-/// `small_matte`, the model's own matte.
-pub fn refine_edges(
-    matte: &mut [u8],
-    image: &DynamicImage,
-    small: &DynamicImage,
-    small_matte: &[u8],
-) {
-    let (w, h) = (small.width() as usize, small.height() as usize);
-    let (full_w, full_h) = (image.width() as usize, image.height() as usize);
-    debug_assert_eq!(matte.len(), full_w * full_h);
-    debug_assert_eq!(small_matte.len(), w * h);
-    if w == 0
-        || h == 0
-        || (full_w as f32) < FINER_BY * w as f32
-        || (full_h as f32) < FINER_BY * h as f32
-    {
-        return;
+/// The fits that refine a matte the size of the photo, sampled at each of
+/// its pixels.
+pub struct Edges<'a> {
+    fits: Fits<'a>,
+    sampler: Bilinear,
+}
+
+impl<'a> Edges<'a> {
+    /// The fits for a photo of `full` size whose model saw it as `small`,
+    /// the size of `small_matte`, the model's own matte; `None` where the
+    /// photo is not enough finer than the grid to have detail it lacks.
+    pub fn fit(full: (u32, u32), small: &DynamicImage, small_matte: &'a [u8]) -> Option<Edges<'a>> {
+        let (w, h) = (small.width() as usize, small.height() as usize);
+        let (full_w, full_h) = (full.0 as usize, full.1 as usize);
+        debug_assert_eq!(small_matte.len(), w * h);
+        if w == 0
+            || h == 0
+            || (full_w as f32) < FINER_BY * w as f32
+            || (full_h as f32) < FINER_BY * h as f32
+        {
+            return None;
+        }
+        Some(Edges {
+            fits: tiled_fits(small, small_matte, w, h),
+            sampler: Bilinear::new((w, h), (full_w, full_h)),
+        })
     }
-    let fits = tiled_fits(small, small_matte, w, h);
-    let (pixels, step) = rgb_bytes(image);
-    let sampler = Bilinear::new((w, h), (full_w, full_h));
-    let rows = matte
-        .par_chunks_exact_mut(full_w)
-        .zip(pixels.par_chunks_exact(full_w * step));
-    rows.enumerate().for_each(|(y, (matte_row, pixel_row))| {
-        for (x, m) in matte_row.iter_mut().enumerate() {
+
+    /// Row `y` of the matte, refined where it is partial; `pixels` is the
+    /// photo's row, `step` bytes a pixel, R, G and B first.
+    pub fn refine_row(&self, y: usize, matte: &mut [u8], pixels: &[u8], step: usize) {
+        for (x, (m, px)) in matte.iter_mut().zip(pixels.chunks_exact(step)).enumerate() {
             if !super::is_partial(*m) {
                 continue;
             }
-            let [a_r, a_g, a_b, b] = sampler.at(x, y).sample(&fits);
-            let px = &pixel_row[x * step..];
+            let [a_r, a_g, a_b, b] = self.sampler.at(x, y).sample_by(|i| self.fits.cell(i));
             let fitted = a_r * f32::from(px[0]) / 255.0
                 + a_g * f32::from(px[1]) / 255.0
                 + a_b * f32::from(px[2]) / 255.0
                 + b;
             *m = (fitted.clamp(0.0, 1.0) * 255.0).round() as u8;
         }
-    });
+    }
+}
+
+const TILE: usize = 32;
+
+/// The fits on the model's grid, `[a_r, a_g, a_b, b]` a cell, kept only in
+/// the tiles near a change of the matte. Elsewhere the fit is flat
+/// (`a = 0`, `b` the matte), which is what the filter gives there, and no
+/// partial pixel samples it. A whole grid of fits was 12 MB of fresh memory
+/// a request at IS-Net's 1024², written to be read in a few tiles.
+struct Fits<'a> {
+    width: usize,
+    tiles_across: usize,
+    /// `TILE`² cells a tile, row by row.
+    tiles: Vec<Option<Box<[[f32; 4]]>>>,
+    matte: &'a [u8],
+}
+
+impl Fits<'_> {
+    fn cell(&self, i: usize) -> [f32; 4] {
+        let (x, y) = (i % self.width, i / self.width);
+        match &self.tiles[y / TILE * self.tiles_across + x / TILE] {
+            Some(tile) => tile[y % TILE * TILE + x % TILE],
+            None => [0.0, 0.0, 0.0, f32::from(self.matte[i]) / 255.0],
+        }
+    }
 }
 
 /// `linear_fits` where they matter: in tiles of the grid near a change of
-/// the matte. Elsewhere the fit is flat (`a = 0`, `b` the matte), which is
-/// what the filter gives there, and no partial pixel samples it. Each grid
-/// cell holds `[a_r, a_g, a_b, b]`, for `Sample`. The tiles read the photo
-/// and the matte as bytes: whole planes of floats would be fresh memory,
-/// and at 1024² its page faults cost more than the fits.
-fn tiled_fits(small: &DynamicImage, small_matte: &[u8], w: usize, h: usize) -> Vec<[f32; 4]> {
-    const TILE: usize = 32;
+/// the matte. The tiles read the photo and the matte as bytes: whole planes
+/// of floats would be fresh memory, and at 1024² its page faults cost more
+/// than the fits.
+fn tiled_fits<'a>(small: &DynamicImage, small_matte: &'a [u8], w: usize, h: usize) -> Fits<'a> {
     // A partial full-size pixel samples grid pixels up to 3 from a change
     // (the matte's resize reaches 2, bilinear sampling 1 more).
     const REACH: usize = 3;
@@ -86,10 +111,10 @@ fn tiled_fits(small: &DynamicImage, small_matte: &[u8], w: usize, h: usize) -> V
         .flat_map(|ty| (0..w).step_by(TILE).map(move |tx| (tx, ty)))
         .collect();
     // Each tile's fit reads only the photo and the matte: the tiles are
-    // fitted on every core, then copied into place.
-    let fitted: Vec<_> = tiles
+    // fitted on every core.
+    let tiles = tiles
         .into_par_iter()
-        .filter_map(|(tx, ty)| {
+        .map(|(tx, ty)| {
             let (xs, ys) = (around(tx, REACH, w), around(ty, REACH, h));
             let first = small_matte[ys.start * w + xs.start];
             let rows = |y: usize| &small_matte[y * w + xs.start..y * w + xs.end];
@@ -104,23 +129,24 @@ fn tiled_fits(small: &DynamicImage, small_matte: &[u8], w: usize, h: usize) -> V
                     .collect()
             };
             let colour = std::array::from_fn(|c| crop(&pixels, step, c));
-            let fits = linear_fits(&colour, crop(small_matte, 1, 0), xs.len(), ys.len());
-            Some(((tx, ty), (xs.start, ys.start, xs.len()), fits))
+            let (fit_a, fit_b) = linear_fits(&colour, crop(small_matte, 1, 0), xs.len(), ys.len());
+            let mut tile = vec![[0.0; 4]; TILE * TILE].into_boxed_slice();
+            for y in ty..(ty + TILE).min(h) {
+                for x in tx..(tx + TILE).min(w) {
+                    let from = (y - ys.start) * xs.len() + x - xs.start;
+                    tile[(y - ty) * TILE + x - tx] =
+                        [fit_a[0][from], fit_a[1][from], fit_a[2][from], fit_b[from]];
+                }
+            }
+            Some(tile)
         })
         .collect();
-    let mut grid: Vec<[f32; 4]> = small_matte
-        .iter()
-        .map(|&m| [0.0, 0.0, 0.0, unit(m)])
-        .collect();
-    for ((tx, ty), (crop_x, crop_y, crop_w), (fit_a, fit_b)) in fitted {
-        for y in ty..(ty + TILE).min(h) {
-            for x in tx..(tx + TILE).min(w) {
-                let from = (y - crop_y) * crop_w + x - crop_x;
-                grid[y * w + x] = [fit_a[0][from], fit_a[1][from], fit_a[2][from], fit_b[from]];
-            }
-        }
+    Fits {
+        width: w,
+        tiles_across: w.div_ceil(TILE),
+        tiles,
+        matte: small_matte,
     }
-    grid
 }
 
 /// The guided filter's per-window fit `matte ≈ a · colour + b`, averaged
@@ -188,7 +214,7 @@ fn solve_symmetric(m: [[f32; 3]; 3], v: [f32; 3]) -> [f32; 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use image::{Rgb, RgbImage};
+    use image::{GenericImageView, Rgb, RgbImage};
 
     /// Red left of `edge`, blue right of it, and the true matte to match.
     fn red_then_blue(w: u32, h: u32, edge: u32) -> (DynamicImage, Vec<u8>) {
@@ -203,6 +229,26 @@ mod tests {
             .map(|i| if i % w < edge { 255 } else { 0 })
             .collect();
         (DynamicImage::ImageRgb8(photo), matte)
+    }
+
+    /// The whole matte refined, a row at a time.
+    fn refine_edges(
+        matte: &mut [u8],
+        photo: &DynamicImage,
+        small: &DynamicImage,
+        small_matte: &[u8],
+    ) {
+        let Some(edges) = Edges::fit(photo.dimensions(), small, small_matte) else {
+            return;
+        };
+        let (pixels, step) = rgb_bytes(photo);
+        let rows = matte.chunks_exact_mut(photo.width() as usize);
+        for (y, (row, px)) in rows
+            .zip(pixels.chunks_exact(photo.width() as usize * step))
+            .enumerate()
+        {
+            edges.refine_row(y, row, px, step);
+        }
     }
 
     fn error(a: &[u8], b: &[u8]) -> u64 {

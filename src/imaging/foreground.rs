@@ -11,8 +11,7 @@
 //! partial pixels of the full-size cut-out are solved, at full size.
 
 use super::planes::{interleave, rgb_planes, Bilinear, BoxWindow, Rgb};
-use image::{DynamicImage, RgbaImage};
-use rayon::prelude::*;
+use image::DynamicImage;
 
 /// The paper's window radii, for a photo about 1000 pixels across; they
 /// scale with the small copy's longer side.
@@ -24,51 +23,59 @@ const RADII_FOR: usize = 1000;
 /// a 0.3 MP photo's 160 ms), the same at 262,144 (BENCHMARKS.md).
 const MEANS_PIXELS: u64 = 1 << 14;
 
-/// Replaces the colour of every partially transparent pixel of `cut` with
-/// its estimated foreground colour. `small` is the photo at the size of
-/// `small_matte` (one byte a pixel); both cover the whole photo.
-pub fn recolour_partial_pixels(cut: &mut RgbaImage, small: &DynamicImage, small_matte: &[u8]) {
-    debug_assert_eq!(small_matte.len(), (small.width() * small.height()) as usize);
-    if small_matte.is_empty()
-        || !cut
-            .as_raw()
-            .chunks_exact(4)
-            .any(|px| super::is_partial(px[3]))
-    {
-        return;
+/// The local foreground and background colours, on a small copy, that
+/// recolour a cut-out's partial pixels.
+pub struct Colours {
+    /// `[F_r, F_g, F_b, B_r, B_g, B_b]` a cell.
+    means: Vec<[f32; 6]>,
+    sampler: Bilinear,
+}
+
+impl Colours {
+    /// The means for a cut-out of `cut` size; `small` is the photo at the
+    /// size of `small_matte` (one byte a pixel), both covering the whole
+    /// photo. `None` where there is no matte.
+    pub fn estimate(cut: (u32, u32), small: &DynamicImage, small_matte: &[u8]) -> Option<Colours> {
+        debug_assert_eq!(small_matte.len(), (small.width() * small.height()) as usize);
+        if small_matte.is_empty() {
+            return None;
+        }
+        let (w, h) = super::fit_within(small.width(), small.height(), MEANS_PIXELS);
+        let colour = rgb_planes(&super::resize(small, w, h));
+        let small_matte = super::resize_gray(small_matte, (small.width(), small.height()), (w, h));
+        let (w, h) = (w as usize, h as usize);
+        let alpha: Vec<f32> = small_matte.iter().map(|&a| f32::from(a) / 255.0).collect();
+        let scale = |r: usize| (r * w.max(h) / RADII_FOR).max(1);
+
+        let wide = BoxWindow {
+            w,
+            h,
+            r: scale(WIDE_RADIUS),
+        };
+        let (foreground, background) = blur_fusion_step(&wide, &alpha, &colour, &colour, &colour);
+        let narrow = BoxWindow {
+            w,
+            h,
+            r: scale(NARROW_RADIUS),
+        };
+        let (foreground, background) = means(&narrow, &alpha, &foreground, &background);
+
+        let [f_r, f_g, f_b] = &foreground;
+        let [b_r, b_g, b_b] = &background;
+        Some(Colours {
+            means: interleave([f_r, f_g, f_b, b_r, b_g, b_b]),
+            sampler: Bilinear::new((w, h), (cut.0 as usize, cut.1 as usize)),
+        })
     }
-    let (w, h) = super::fit_within(small.width(), small.height(), MEANS_PIXELS);
-    let colour = rgb_planes(&super::resize(small, w, h));
-    let small_matte = super::resize_gray(small_matte, (small.width(), small.height()), (w, h));
-    let (w, h) = (w as usize, h as usize);
-    let alpha: Vec<f32> = small_matte.iter().map(|&a| f32::from(a) / 255.0).collect();
-    let scale = |r: usize| (r * w.max(h) / RADII_FOR).max(1);
 
-    let wide = BoxWindow {
-        w,
-        h,
-        r: scale(WIDE_RADIUS),
-    };
-    let (foreground, background) = blur_fusion_step(&wide, &alpha, &colour, &colour, &colour);
-    let narrow = BoxWindow {
-        w,
-        h,
-        r: scale(NARROW_RADIUS),
-    };
-    let (foreground, background) = means(&narrow, &alpha, &foreground, &background);
-
-    let [f_r, f_g, f_b] = &foreground;
-    let [b_r, b_g, b_b] = &background;
-    let colours = interleave([f_r, f_g, f_b, b_r, b_g, b_b]);
-    let (cut_w, cut_h) = (cut.width() as usize, cut.height() as usize);
-    let sampler = Bilinear::new((w, h), (cut_w, cut_h));
-    let rows = cut.as_mut().par_chunks_exact_mut(cut_w * 4);
-    rows.enumerate().for_each(|(y, row)| {
+    /// Replaces the colour of every partially transparent pixel of row `y`
+    /// of the cut-out (RGBA) with its estimated foreground colour.
+    pub fn recolour_row(&self, y: usize, row: &mut [u8]) {
         for (x, px) in row.chunks_exact_mut(4).enumerate() {
             if !super::is_partial(px[3]) {
                 continue;
             }
-            let sampled = sampler.at(x, y).sample(&colours);
+            let sampled = self.sampler.at(x, y).sample(&self.means);
             let a = f32::from(px[3]) / 255.0;
             for c in 0..3 {
                 let (f, b) = (sampled[c], sampled[3 + c]);
@@ -76,7 +83,7 @@ pub fn recolour_partial_pixels(cut: &mut RgbaImage, small: &DynamicImage, small_
                 px[c] = (solve_foreground(observed, a, f, b) * 255.0).round() as u8;
             }
         }
-    });
+    }
 }
 
 /// One blur-fusion step: the local foreground and background colours
@@ -134,7 +141,18 @@ fn solve_foreground(observed: f32, alpha: f32, foreground: f32, background: f32)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use image::{Rgb, RgbImage, Rgba};
+    use image::{Rgb, RgbImage, Rgba, RgbaImage};
+
+    /// Every row of `cut` recoloured.
+    fn recolour_partial_pixels(cut: &mut RgbaImage, small: &DynamicImage, small_matte: &[u8]) {
+        let Some(colours) = Colours::estimate(cut.dimensions(), small, small_matte) else {
+            return;
+        };
+        let width = cut.width() as usize;
+        for (y, row) in cut.chunks_exact_mut(width * 4).enumerate() {
+            colours.recolour_row(y, row);
+        }
+    }
 
     /// Red subject on the left, blue background on the right, and between
     /// them a thin band where alpha ramps down and the photo mixes the two.
@@ -156,7 +174,9 @@ mod tests {
     #[test]
     fn partial_pixels_lose_the_old_background() {
         let (photo, matte) = red_on_blue(800, 40);
-        let mut cut = crate::imaging::cut_out(&photo, &matte);
+        let rgb = photo.as_rgb8().unwrap().as_raw();
+        let mut cut = RgbaImage::new(800, 40);
+        super::super::cut_out_row::<3>(&matte, rgb, &mut cut);
         let before = cut.clone();
         let small = crate::imaging::resize(&photo, 400, 20);
         let small_matte = crate::imaging::resize_gray(&matte, (800, 40), (400, 20));

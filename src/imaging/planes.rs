@@ -164,8 +164,13 @@ impl Sample {
     /// four neighbouring cells (`interleave`), not four scattered ones a
     /// plane.
     pub fn sample<const N: usize>(&self, grid: &[[f32; N]]) -> [f32; N] {
+        self.sample_by(|i| grid[i])
+    }
+
+    /// `sample` of a grid whose cell `i` is `cell(i)`.
+    pub fn sample_by<const N: usize>(&self, cell: impl Fn(usize) -> [f32; N]) -> [f32; N] {
         let (i, w) = (&self.index, &self.weight);
-        let cells = [&grid[i[0]], &grid[i[1]], &grid[i[2]], &grid[i[3]]];
+        let cells = [cell(i[0]), cell(i[1]), cell(i[2]), cell(i[3])];
         std::array::from_fn(|v| {
             cells[0][v] * w[0] + cells[1][v] * w[1] + cells[2][v] * w[2] + cells[3][v] * w[3]
         })

@@ -12,6 +12,7 @@
 
 use image::RgbaImage;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Raw bytes a band aims at: a 12 MP cut-out (48 MB) makes about 24 of
 /// them, enough for rayon to keep every core busy to the end.
@@ -27,71 +28,126 @@ const EMPTY_STORED_BLOCK: [u8; 4] = [0, 0, 0xFF, 0xFF];
 /// An RGBA8 PNG of `image`, rows filtered with Up: at 12 MP, Paeth's files
 /// were 9% smaller and took 40% longer (`examples/png_settings.rs`).
 pub fn encode_png(image: &RgbaImage) -> Vec<u8> {
-    encode_in_bands(image, BAND_BYTES)
+    encode_image(image, rows_a_band(image.width()))
 }
 
-fn encode_in_bands(image: &RgbaImage, band_bytes: usize) -> Vec<u8> {
+/// Rows of `width` pixels that make a band of about `BAND_BYTES`.
+pub fn rows_a_band(width: u32) -> usize {
+    (BAND_BYTES / (width as usize * 4).max(1)).max(1)
+}
+
+fn encode_image(image: &RgbaImage, rows_a_band: usize) -> Vec<u8> {
     let (width, height) = image.dimensions();
     let row_bytes = width as usize * 4;
-    let rows_a_band = (band_bytes / row_bytes.max(1)).max(1);
-    let raw = image.as_raw();
-    let band_starts: Vec<usize> = (0..height as usize).step_by(rows_a_band).collect();
-    let bands: Vec<Band> = band_starts
+    encode_rows(width, height, rows_a_band, |rows, band| {
+        for row in rows {
+            band.push(&image.as_raw()[row * row_bytes..][..row_bytes]);
+        }
+    })
+}
+
+/// An RGBA8 PNG of `width`×`height` whose rows `fill` makes, band by band
+/// (`rows_a_band` rows each, the last shorter) on every core: `fill` is
+/// given a band's rows and pushes each of them, in order, into the band.
+pub fn encode_rows<F>(width: u32, height: u32, rows_a_band: usize, fill: F) -> Vec<u8>
+where
+    F: Fn(Range<usize>, &mut Band) + Sync,
+{
+    let row_bytes = width as usize * 4;
+    let height = height as usize;
+    let band_starts: Vec<usize> = (0..height).step_by(rows_a_band.max(1)).collect();
+    let pieces: Vec<Piece> = band_starts
         .par_iter()
         .map(|&first_row| {
-            let last_row = (first_row + rows_a_band).min(height as usize);
-            let mut compressor = fdeflate::Compressor::new(Vec::with_capacity(
-                (last_row - first_row) * row_bytes / 3,
-            ))
-            .expect("writing to a Vec");
-            // A row at a time through a buffer that stays in cache.
-            let mut filtered = Vec::with_capacity(row_bytes + 1);
-            for row in first_row..last_row {
-                let current = &raw[row * row_bytes..][..row_bytes];
-                let above = match row {
-                    0 => None,
-                    _ => Some(&raw[(row - 1) * row_bytes..][..row_bytes]),
-                };
-                filtered.clear();
-                filter_up(current, above, &mut filtered);
-                compressor.write_data(&filtered).expect("writing to a Vec");
-            }
-            let stream = compressor.finish().expect("writing to a Vec");
-            let raw_len = (last_row - first_row) * (row_bytes + 1);
-            join_band(stream, raw_len, first_row == 0, last_row == height as usize)
+            let rows = first_row..(first_row + rows_a_band).min(height);
+            let mut band = Band::new(row_bytes, rows.len());
+            fill(rows.clone(), &mut band);
+            assert_eq!(band.rows, rows.len(), "a band's rows, each pushed once");
+            let stream = band.compressor.finish().expect("writing to a Vec");
+            let raw_len = rows.len() * (row_bytes + 1);
+            join_band(stream, raw_len, rows.start == 0, rows.end == height)
         })
         .collect();
 
-    let adler = bands.iter().fold(1, |adler, band| {
-        adler32_combine(adler, band.adler, band.raw_len)
+    let adler = pieces.iter().fold(1, |adler, piece| {
+        adler32_combine(adler, piece.adler, piece.raw_len)
     });
-    let idat_len: usize = bands.iter().map(|band| band.chunk.len()).sum();
+    let idat_len: usize = pieces.iter().map(|piece| piece.chunk.len()).sum();
     let mut out = Vec::with_capacity(8 + 25 + idat_len + 16 + 12);
     out.extend_from_slice(b"\x89PNG\r\n\x1a\n");
     let mut header = Vec::with_capacity(13);
     header.extend_from_slice(&width.to_be_bytes());
-    header.extend_from_slice(&height.to_be_bytes());
+    header.extend_from_slice(&(height as u32).to_be_bytes());
     // 8 bits a sample, RGBA, deflate, adaptive filtering, not interlaced.
     header.extend_from_slice(&[8, 6, 0, 0, 0]);
     write_chunk(&mut out, b"IHDR", &header);
-    for band in &bands {
-        out.extend_from_slice(&band.chunk);
+    for piece in &pieces {
+        out.extend_from_slice(&piece.chunk);
     }
     write_chunk(&mut out, b"IDAT", &adler.to_be_bytes());
     write_chunk(&mut out, b"IEND", &[]);
     out
 }
 
+/// One band of the PNG being written: its rows are filtered and deflated
+/// as they are pushed.
+pub struct Band {
+    compressor: fdeflate::Compressor<Vec<u8>>,
+    /// The row pushed last, unfiltered: the next one is filtered against it.
+    above: Vec<u8>,
+    filtered: Vec<u8>,
+    rows: usize,
+}
+
+impl Band {
+    fn new(row_bytes: usize, rows: usize) -> Band {
+        Band {
+            // A cut-out deflates to about a third.
+            compressor: fdeflate::Compressor::new(Vec::with_capacity(rows * row_bytes / 3))
+                .expect("writing to a Vec"),
+            above: Vec::with_capacity(row_bytes),
+            filtered: Vec::with_capacity(row_bytes + 1),
+            rows: 0,
+        }
+    }
+
+    /// The band's next row, RGBA. Filtered with Up (type 2: each byte less
+    /// the one above it), but the band's first row, whose row above is in
+    /// another band, with Sub (type 1: less the byte a pixel to the left).
+    pub fn push(&mut self, row: &[u8]) {
+        self.filtered.clear();
+        if self.rows == 0 {
+            self.filtered.push(1);
+            let left = std::iter::repeat_n(&0, 4).chain(row);
+            self.filtered
+                .extend(row.iter().zip(left).map(|(&c, &l)| c.wrapping_sub(l)));
+        } else {
+            self.filtered.push(2);
+            let up = row
+                .iter()
+                .zip(&self.above)
+                .map(|(&c, &a)| c.wrapping_sub(a));
+            self.filtered.extend(up);
+        }
+        self.compressor
+            .write_data(&self.filtered)
+            .expect("writing to a Vec");
+        self.above.clear();
+        self.above.extend_from_slice(row);
+        self.rows += 1;
+    }
+}
+
 /// One band's deflate blocks, already an IDAT chunk, with what the whole
 /// stream's Adler-32 needs of it.
-struct Band {
+struct Piece {
     chunk: Vec<u8>,
     adler: u32,
     raw_len: usize,
 }
 
 /// fdeflate's zlib stream for a band, made into a piece of the whole one.
-fn join_band(mut stream: Vec<u8>, raw_len: usize, first: bool, last: bool) -> Band {
+fn join_band(mut stream: Vec<u8>, raw_len: usize, first: bool, last: bool) -> Piece {
     let adler_at = stream.len() - ADLER_BYTES;
     let adler = u32::from_be_bytes(stream[adler_at..].try_into().expect("4 bytes"));
     stream.truncate(adler_at);
@@ -116,20 +172,10 @@ fn join_band(mut stream: Vec<u8>, raw_len: usize, first: bool, last: bool) -> Ba
     };
     let mut chunk = Vec::with_capacity(blocks.len() + 12);
     write_chunk(&mut chunk, b"IDAT", blocks);
-    Band {
+    Piece {
         chunk,
         adler,
         raw_len,
-    }
-}
-
-/// PNG filter type 2: each byte less the one above it; the first row has
-/// nothing above and stays as it is.
-fn filter_up(current: &[u8], above: Option<&[u8]>, out: &mut Vec<u8>) {
-    out.push(2);
-    match above {
-        Some(above) => out.extend(current.iter().zip(above).map(|(&c, &a)| c.wrapping_sub(a))),
-        None => out.extend_from_slice(current),
     }
 }
 
@@ -205,10 +251,10 @@ mod tests {
         /// whose Adler-32 holds, and the image comes back as it went in.
         #[test]
         fn bands_join_into_one_valid_png(
-            width in 1u32..40, height in 1u32..40, band_bytes in 1usize..2000, seed in 0u32..1000
+            width in 1u32..40, height in 1u32..40, rows_a_band in 1usize..45, seed in 0u32..1000
         ) {
             let image = noisy_image(width, height, seed);
-            let png = encode_in_bands(&image, band_bytes);
+            let png = encode_image(&image, rows_a_band);
             let raw = inflate(&zlib_stream(&png)).expect("a valid zlib stream");
             prop_assert_eq!(raw.len(), height as usize * (width as usize * 4 + 1));
             let back = image::load_from_memory_with_format(&png, image::ImageFormat::Png)
@@ -220,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_wrong_checksum_is_caught() {
-        let png = encode_in_bands(&noisy_image(30, 20, 5), 200);
+        let png = encode_image(&noisy_image(30, 20, 5), 2);
         let mut stream = zlib_stream(&png);
         assert!(inflate(&stream).is_ok());
         *stream.last_mut().unwrap() ^= 1;

@@ -61,9 +61,7 @@ pub fn resize_gray(src: &[u8], src_size: (u32, u32), size: (u32, u32)) -> Vec<u8
     resize_in_bands(&src_ref, size, Filter::CatmullRom)
 }
 
-/// Resizes `src` to `size`, bands of rows at a time on every core. A band
-/// crops the source to the rows it maps to; the filter still reads past the
-/// crop (up to the image's edges), so the bands join without seams.
+/// Resizes `src` to `size`, bands of rows at a time on every core.
 fn resize_in_bands(src: &ImageRef, size: (u32, u32), filter: Filter) -> Vec<u8> {
     let (width, height) = size;
     let bytes_a_pixel = src.pixel_type().size();
@@ -73,23 +71,49 @@ fn resize_in_bands(src: &ImageRef, size: (u32, u32), filter: Filter) -> Vec<u8> 
     }
     // A few bands a thread, so a slow band does not hold the others up.
     let band_rows = height.div_ceil(4 * rayon::current_num_threads() as u32);
-    let source_rows_a_row = f64::from(src.height()) / f64::from(height);
     let band_bytes = band_rows as usize * width as usize * bytes_a_pixel;
     out.par_chunks_mut(band_bytes)
         .enumerate()
-        .for_each(|(i, band)| {
-            let rows = (band.len() / (width as usize * bytes_a_pixel)) as u32;
-            let top = f64::from(i as u32 * band_rows) * source_rows_a_row;
-            // min: rounding must not take the last band past the image.
-            let tall = (f64::from(rows) * source_rows_a_row).min(f64::from(src.height()) - top);
-            let options = options(filter).crop(0.0, top, f64::from(src.width()), tall);
-            let mut dst = Image::from_slice_u8(width, rows, band, src.pixel_type())
-                .expect("a band holds its rows");
-            Resizer::new()
-                .resize(src, &mut dst, &options)
-                .expect("same pixel type");
-        });
+        .for_each(|(i, band)| resize_band(src, size, filter, i as u32 * band_rows, band));
     out
+}
+
+/// The rows of `src` resized to `size` that start at `first_row` and fill
+/// `band`. The band crops the source to the rows it maps to; the filter
+/// still reads past the crop (up to the image's edges), so bands join
+/// without seams.
+fn resize_band(src: &ImageRef, size: (u32, u32), filter: Filter, first_row: u32, band: &mut [u8]) {
+    let width = size.0;
+    let rows = (band.len() / (width as usize * src.pixel_type().size())) as u32;
+    let source_rows_a_row = f64::from(src.height()) / f64::from(size.1);
+    let top = f64::from(first_row) * source_rows_a_row;
+    // min: rounding must not take the last band past the image.
+    let tall = (f64::from(rows) * source_rows_a_row).min(f64::from(src.height()) - top);
+    let options = options(filter).crop(0.0, top, f64::from(src.width()), tall);
+    let mut dst =
+        Image::from_slice_u8(width, rows, band, src.pixel_type()).expect("a band holds its rows");
+    Resizer::new()
+        .resize(src, &mut dst, &options)
+        .expect("same pixel type");
+}
+
+/// Rows `first_row..` of a one-byte-a-pixel plane resized to `size`, as
+/// many as fill `band`: `resize_gray` a band at a time.
+pub fn resize_gray_band(
+    src: &[u8],
+    src_size: (u32, u32),
+    size: (u32, u32),
+    first_row: u32,
+    band: &mut [u8],
+) {
+    if src_size == size {
+        let start = first_row as usize * size.0 as usize;
+        band.copy_from_slice(&src[start..start + band.len()]);
+        return;
+    }
+    let src_ref = ImageRef::new(src_size.0, src_size.1, src, PixelType::U8)
+        .expect("the plane's length matches its size");
+    resize_band(&src_ref, size, Filter::CatmullRom, first_row, band);
 }
 
 #[cfg(test)]
