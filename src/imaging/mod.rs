@@ -31,7 +31,11 @@ use image::DynamicImage;
 /// PNG's: at 12 MP, a full-size matte and cut-out were 60 MB of fresh
 /// memory a request, written and read again by each step.
 pub fn cut_out_png(image: &DynamicImage, small: &DynamicImage, small_matte: &[u8]) -> Vec<u8> {
-    let rows_a_band = png::rows_a_band(image.width());
+    // A few bands a core for a small photo too, so no core waits on one.
+    let per_core = image
+        .height()
+        .div_ceil(4 * rayon::current_num_threads() as u32);
+    let rows_a_band = png::rows_a_band(image.width()).min(per_core as usize);
     cut_out_in_bands(image, small, small_matte, rows_a_band)
 }
 
