@@ -152,6 +152,21 @@ mod tests {
     }
 
     #[test]
+    fn a_band_of_a_plane_is_its_rows_of_the_whole_resize() {
+        let plane: Vec<u8> = (0..50u32 * 30).map(|i| (i * 7919 % 251) as u8).collect();
+        for size in [(50, 30), (170, 90)] {
+            let src = ImageRef::new(50, 30, &plane, PixelType::U8).unwrap();
+            let whole = in_one_band(&src, size, Filter::CatmullRom);
+            let width = size.0 as usize;
+            let mut band = vec![0; 9 * width];
+            resize_gray_band(&plane, (50, 30), size, 20, &mut band);
+            let rows = &whole[20 * width..29 * width];
+            let worst = band.iter().zip(rows).map(|(a, b)| a.abs_diff(*b)).max();
+            assert!(worst <= Some(1), "{size:?}: off by {worst:?}");
+        }
+    }
+
+    #[test]
     fn a_flat_plane_stays_flat_through_resizing() {
         let out = resize_gray(&[200; 64 * 48], (64, 48), (640, 17));
         assert_eq!(out.len(), 640 * 17);
