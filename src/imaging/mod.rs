@@ -31,11 +31,8 @@ use image::DynamicImage;
 /// PNG's: at 12 MP, a full-size matte and cut-out were 60 MB of fresh
 /// memory a request, written and read again by each step.
 pub fn cut_out_png(image: &DynamicImage, small: &DynamicImage, small_matte: &[u8]) -> Vec<u8> {
-    // A few bands a core for a small photo too, so no core waits on one.
-    let per_core = image
-        .height()
-        .div_ceil(4 * rayon::current_num_threads() as u32);
-    let rows_a_band = png::rows_a_band(image.width()).min(per_core as usize);
+    // Small photos in a few bands a core too.
+    let rows_a_band = png::rows_a_band(image.width()).min(band_rows(image.height()) as usize);
     cut_out_in_bands(image, small, small_matte, rows_a_band)
 }
 
@@ -64,20 +61,20 @@ fn cut_out_in_bands(
     png::encode_rows(size.0, size.1, rows_a_band, |rows, band| {
         let mut matte = vec![0u8; rows.len() * width];
         resize::resize_gray_band(small_matte, grid, size, rows.start as u32, &mut matte);
-        let mut cut = vec![0u8; width * 4];
         for (y, matte) in rows.zip(matte.chunks_exact_mut(width)) {
             let pixels = &pixels[y * width * step..][..width * step];
             if let Some(edges) = &edges {
                 edges.refine_row(y, matte, pixels, step);
             }
-            match step {
-                3 => cut_out_row::<3>(matte, pixels, &mut cut),
-                _ => cut_out_row::<4>(matte, pixels, &mut cut),
-            }
-            if let Some(colours) = &colours {
-                colours.recolour_row(y, &mut cut);
-            }
-            band.push(&cut);
+            band.push_with(|cut| {
+                match step {
+                    3 => cut_out_row::<3>(matte, pixels, cut),
+                    _ => cut_out_row::<4>(matte, pixels, cut),
+                }
+                if let Some(colours) = &colours {
+                    colours.recolour_row(y, cut);
+                }
+            });
         }
     })
 }
@@ -98,6 +95,12 @@ fn cut_out_row<const STEP: usize>(matte: &[u8], pixels: &[u8], cut: &mut [u8]) {
             px[3] = alpha;
         }
     }
+}
+
+/// Rows a band when `height` rows are shared out: a few bands a core, so a
+/// slow band does not hold the others up.
+fn band_rows(height: u32) -> u32 {
+    height.div_ceil(4 * rayon::current_num_threads() as u32)
 }
 
 /// Neither transparent nor opaque: one compare, for loops over 12 MP.

@@ -41,14 +41,16 @@ fn encode_image(image: &RgbaImage, rows_a_band: usize) -> Vec<u8> {
     let row_bytes = width as usize * 4;
     encode_rows(width, height, rows_a_band, |rows, band| {
         for row in rows {
-            band.push(&image.as_raw()[row * row_bytes..][..row_bytes]);
+            band.push_with(|out| {
+                out.copy_from_slice(&image.as_raw()[row * row_bytes..][..row_bytes])
+            });
         }
     })
 }
 
 /// An RGBA8 PNG of `width`×`height` whose rows `fill` makes, band by band
 /// (`rows_a_band` rows each, the last shorter) on every core: `fill` is
-/// given a band's rows and pushes each of them, in order, into the band.
+/// given a band's rows and makes each of them, in order, in the band.
 pub fn encode_rows<F>(width: u32, height: u32, rows_a_band: usize, fill: F) -> Vec<u8>
 where
     F: Fn(Range<usize>, &mut Band) + Sync,
@@ -93,7 +95,9 @@ where
 /// as they are pushed.
 pub struct Band {
     compressor: fdeflate::Compressor<Vec<u8>>,
-    /// The row pushed last, unfiltered: the next one is filtered against it.
+    /// The row being made; once it is deflated, it swaps places with
+    /// `above`, the unfiltered row the next one is filtered against.
+    row: Vec<u8>,
     above: Vec<u8>,
     filtered: Vec<u8>,
     rows: usize,
@@ -105,16 +109,20 @@ impl Band {
             // A cut-out deflates to about a third.
             compressor: fdeflate::Compressor::new(Vec::with_capacity(rows * row_bytes / 3))
                 .expect("writing to a Vec"),
-            above: Vec::with_capacity(row_bytes),
+            row: vec![0; row_bytes],
+            above: vec![0; row_bytes],
             filtered: Vec::with_capacity(row_bytes + 1),
             rows: 0,
         }
     }
 
-    /// The band's next row, RGBA. Filtered with Up (type 2: each byte less
-    /// the one above it), but the band's first row, whose row above is in
-    /// another band, with Sub (type 1: less the byte a pixel to the left).
-    pub fn push(&mut self, row: &[u8]) {
+    /// The band's next row, RGBA, which `make` writes whole. Filtered with
+    /// Up (type 2: each byte less the one above it), but the band's first
+    /// row, whose row above is in another band, with Sub (type 1: less the
+    /// byte a pixel to the left).
+    pub fn push_with(&mut self, make: impl FnOnce(&mut [u8])) {
+        make(&mut self.row);
+        let row = &self.row;
         self.filtered.clear();
         if self.rows == 0 {
             self.filtered.push(1);
@@ -132,8 +140,7 @@ impl Band {
         self.compressor
             .write_data(&self.filtered)
             .expect("writing to a Vec");
-        self.above.clear();
-        self.above.extend_from_slice(row);
+        std::mem::swap(&mut self.row, &mut self.above);
         self.rows += 1;
     }
 }

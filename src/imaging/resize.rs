@@ -69,8 +69,7 @@ fn resize_in_bands(src: &ImageRef, size: (u32, u32), filter: Filter) -> Vec<u8> 
     if out.is_empty() {
         return out;
     }
-    // A few bands a thread, so a slow band does not hold the others up.
-    let band_rows = height.div_ceil(4 * rayon::current_num_threads() as u32);
+    let band_rows = super::band_rows(height);
     let band_bytes = band_rows as usize * width as usize * bytes_a_pixel;
     out.par_chunks_mut(band_bytes)
         .enumerate()
