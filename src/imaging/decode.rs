@@ -3,7 +3,10 @@
 //! and the EXIF orientation is applied.
 
 use crate::error::MAX_PIXELS_DECODED;
-use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader, Limits};
+use image::{
+    ColorType, DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader, Limits, RgbImage,
+    RgbaImage,
+};
 use std::io::Cursor;
 
 /// Ceiling on any single allocation the decoders make: a 50 MP image at 16
@@ -42,6 +45,13 @@ pub fn format_of(bytes: &[u8]) -> Result<ImageFormat, DecodeError> {
 /// upright. Grey, 16-bit, CMYK and palette inputs end up as one of the two;
 /// an animation gives its first frame.
 pub fn decode(bytes: &[u8]) -> Result<DynamicImage, DecodeError> {
+    decode_reusing(bytes, Vec::new())
+}
+
+/// `decode`, with the pixels of an 8-bit RGB or RGBA file written into
+/// `spare`'s memory when it is large enough: faulting in a 12 MP photo's
+/// 36 MB of fresh pages took a third of its decode.
+pub fn decode_reusing(bytes: &[u8], spare: Vec<u8>) -> Result<DynamicImage, DecodeError> {
     let format = format_of(bytes)?;
     if format == ImageFormat::Jpeg && !jpeg_has_its_end(bytes) {
         // The decoder would fill the missing rows with grey and succeed.
@@ -70,7 +80,10 @@ pub fn decode(bytes: &[u8]) -> Result<DynamicImage, DecodeError> {
     let orientation = decoder
         .orientation()
         .unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut image = DynamicImage::from_decoder(decoder).map_err(from_image_error)?;
+    let mut image = match decoder.color_type() {
+        ColorType::Rgb8 | ColorType::Rgba8 => read_8_bit(decoder, spare)?,
+        _ => DynamicImage::from_decoder(decoder).map_err(from_image_error)?,
+    };
     image.apply_orientation(orientation);
     // A JPEG stays RGB: a fourth byte a pixel would only be carried around.
     Ok(if image.color().has_alpha() {
@@ -78,6 +91,26 @@ pub fn decode(bytes: &[u8]) -> Result<DynamicImage, DecodeError> {
     } else {
         DynamicImage::ImageRgb8(image.into_rgb8())
     })
+}
+
+fn read_8_bit(decoder: impl ImageDecoder, spare: Vec<u8>) -> Result<DynamicImage, DecodeError> {
+    let (width, height) = decoder.dimensions();
+    let colour = decoder.color_type();
+    let len = usize::try_from(decoder.total_bytes()).expect("under the pixel limit");
+    let mut pixels = if spare.capacity() >= len {
+        spare
+    } else {
+        Vec::new()
+    };
+    // Zeros, not the last photo: no decoder may leave a byte of it behind.
+    pixels.clear();
+    pixels.resize(len, 0);
+    decoder.read_image(&mut pixels).map_err(from_image_error)?;
+    Ok(match colour {
+        ColorType::Rgb8 => RgbImage::from_raw(width, height, pixels).map(DynamicImage::ImageRgb8),
+        _ => RgbaImage::from_raw(width, height, pixels).map(DynamicImage::ImageRgba8),
+    }
+    .expect("the decoder filled width*height pixels"))
 }
 
 /// Whether the end-of-image marker follows the first scan. Entropy-coded
@@ -129,6 +162,20 @@ mod tests {
         let mut out = Cursor::new(Vec::new());
         photo.write_to(&mut out, ImageFormat::Jpeg).unwrap();
         out.into_inner()
+    }
+
+    #[test]
+    fn a_spare_buffer_takes_the_pixels_when_it_is_large_enough() {
+        let (large, small) = (jpeg(320, 240), jpeg(64, 48));
+        let spare = decode(&large).unwrap().into_bytes();
+        let at = spare.as_ptr();
+        let reused = decode_reusing(&small, spare).unwrap();
+        assert_eq!(reused, decode(&small).unwrap());
+        assert_eq!(reused.as_bytes().as_ptr(), at, "decoded into the spare");
+
+        let too_small = decode(&small).unwrap().into_bytes();
+        let grown = decode_reusing(&large, too_small).unwrap();
+        assert_eq!(grown, decode(&large).unwrap());
     }
 
     #[test]

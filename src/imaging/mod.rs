@@ -10,7 +10,7 @@ mod planes;
 mod png;
 mod resize;
 
-pub use decode::{decode, format_of, DecodeError};
+pub use decode::{decode, decode_reusing, format_of, DecodeError};
 pub use geometry::{fit_within, output_size, GeometryError};
 pub use png::encode_png;
 pub use resize::{resize, resize_gray, resize_with, Filter};
