@@ -60,7 +60,7 @@ impl<'a> Edges<'a> {
                 + a_g * f32::from(px[1]) / 255.0
                 + a_b * f32::from(px[2]) / 255.0
                 + b;
-            *m = (fitted.clamp(0.0, 1.0) * 255.0).round() as u8;
+            *m = super::unit_to_byte(fitted);
         }
     }
 }

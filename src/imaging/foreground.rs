@@ -80,7 +80,7 @@ impl Colours {
             for c in 0..3 {
                 let (f, b) = (sampled[c], sampled[3 + c]);
                 let observed = f32::from(px[c]) / 255.0;
-                px[c] = (solve_foreground(observed, a, f, b) * 255.0).round() as u8;
+                px[c] = super::unit_to_byte(solve_foreground(observed, a, f, b));
             }
         }
     }

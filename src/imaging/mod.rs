@@ -103,6 +103,13 @@ fn band_rows(height: u32) -> u32 {
     height.div_ceil(4 * rayon::current_num_threads() as u32)
 }
 
+/// A fraction as a byte, rounded, and clamped to 0..=255 by `as`:
+/// `f32::round` is a call into libm on x86-64's baseline, and this runs for
+/// every partial pixel of 12 MP.
+fn unit_to_byte(unit: f32) -> u8 {
+    (unit * 255.0 + 0.5) as u8
+}
+
 /// Neither transparent nor opaque: one compare, for loops over 12 MP.
 fn is_partial(alpha: u8) -> bool {
     alpha.wrapping_sub(1) < 254
@@ -186,6 +193,18 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_fraction_becomes_the_nearest_byte() {
+        for k in 0..=255u8 {
+            let at = f32::from(k) / 255.0;
+            assert_eq!(unit_to_byte(at), k);
+            assert_eq!(unit_to_byte(at - 0.49 / 255.0), k);
+            assert_eq!(unit_to_byte(at + 0.49 / 255.0), k);
+        }
+        assert_eq!(unit_to_byte(-0.5), 0);
+        assert_eq!(unit_to_byte(1.5), 255);
     }
 
     #[test]
