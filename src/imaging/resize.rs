@@ -5,6 +5,7 @@ use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::{DynamicImage, GenericImageView, RgbImage, RgbaImage};
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// A convolution filter, as `models/manifest.toml` names it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
@@ -73,22 +74,32 @@ fn resize_in_bands(src: &ImageRef, size: (u32, u32), filter: Filter) -> Vec<u8> 
     let band_bytes = band_rows as usize * width as usize * bytes_a_pixel;
     out.par_chunks_mut(band_bytes)
         .enumerate()
-        .for_each(|(i, band)| resize_band(src, size, filter, i as u32 * band_rows, band));
+        .for_each(|(i, band)| resize_band(src, size, filter, i as u32 * band_rows, 0..width, band));
     out
 }
 
-/// The rows of `src` resized to `size` that start at `first_row` and fill
-/// `band`. The band crops the source to the rows it maps to; the filter
-/// still reads past the crop (up to the image's edges), so bands join
-/// without seams.
-fn resize_band(src: &ImageRef, size: (u32, u32), filter: Filter, first_row: u32, band: &mut [u8]) {
-    let width = size.0;
+/// The pixels of `src` resized to `size` in `columns` of the rows that
+/// start at `first_row`, as many rows as fill `band`. The band crops the
+/// source to what it maps to; the filter still reads past the crop (up to
+/// the image's edges), so bands join without seams.
+fn resize_band(
+    src: &ImageRef,
+    size: (u32, u32),
+    filter: Filter,
+    first_row: u32,
+    columns: Range<u32>,
+    band: &mut [u8],
+) {
+    let width = columns.len() as u32;
     let rows = (band.len() / (width as usize * src.pixel_type().size())) as u32;
-    let source_rows_a_row = f64::from(src.height()) / f64::from(size.1);
-    let top = f64::from(first_row) * source_rows_a_row;
+    let source_a_column = f64::from(src.width()) / f64::from(size.0);
+    let source_a_row = f64::from(src.height()) / f64::from(size.1);
+    let left = f64::from(columns.start) * source_a_column;
+    let top = f64::from(first_row) * source_a_row;
     // min: rounding must not take the last band past the image.
-    let tall = (f64::from(rows) * source_rows_a_row).min(f64::from(src.height()) - top);
-    let options = options(filter).crop(0.0, top, f64::from(src.width()), tall);
+    let wide = (f64::from(width) * source_a_column).min(f64::from(src.width()) - left);
+    let tall = (f64::from(rows) * source_a_row).min(f64::from(src.height()) - top);
+    let options = options(filter).crop(left, top, wide, tall);
     let mut dst =
         Image::from_slice_u8(width, rows, band, src.pixel_type()).expect("a band holds its rows");
     Resizer::new()
@@ -97,7 +108,10 @@ fn resize_band(src: &ImageRef, size: (u32, u32), filter: Filter, first_row: u32,
 }
 
 /// Rows `first_row..` of a one-byte-a-pixel plane resized to `size`, as
-/// many as fill `band`: `resize_gray` a band at a time.
+/// many as fill `band`: `resize_gray` a band at a time. A matte is mostly 0
+/// and 255: where every source pixel a run of the band's pixels reads holds
+/// one value, the run is that value (the filter's weights sum to one), and
+/// the filter runs only on the spans of columns between such runs.
 pub fn resize_gray_band(
     src: &[u8],
     src_size: (u32, u32),
@@ -105,14 +119,108 @@ pub fn resize_gray_band(
     first_row: u32,
     band: &mut [u8],
 ) {
+    let width = size.0 as usize;
     if src_size == size {
-        let start = first_row as usize * size.0 as usize;
+        let start = first_row as usize * width;
         band.copy_from_slice(&src[start..start + band.len()]);
         return;
     }
     let src_ref = ImageRef::new(src_size.0, src_size.1, src, PixelType::U8)
         .expect("the plane's length matches its size");
-    resize_band(&src_ref, size, Filter::CatmullRom, first_row, band);
+    let rows = band.len() / width;
+    let first_row = first_row as usize;
+    let rows_read = reads(src_size.1, size.1, first_row..first_row + rows);
+    let columns = column_values(src, src_size.0 as usize, rows_read);
+    for (span, value) in runs(width, |x| {
+        one_value(&columns[reads(src_size.0, size.0, x..x + 1)])
+    }) {
+        match value {
+            Some(v) => band
+                .chunks_exact_mut(width)
+                .for_each(|row| row[span.clone()].fill(v)),
+            None => {
+                let mut filtered = vec![0; span.len() * rows];
+                let columns = span.start as u32..span.end as u32;
+                resize_band(
+                    &src_ref,
+                    size,
+                    Filter::CatmullRom,
+                    first_row as u32,
+                    columns,
+                    &mut filtered,
+                );
+                for (row, from) in band
+                    .chunks_exact_mut(width)
+                    .zip(filtered.chunks_exact(span.len()))
+                {
+                    row[span.clone()].copy_from_slice(from);
+                }
+            }
+        }
+    }
+}
+
+/// A one-value run shorter than this is filtered with the spans beside it:
+/// each span of its own costs the resizer's set-up.
+const SHORTEST_RUN: usize = 32;
+
+/// `0..width` cut into runs of one `value_at`, the runs with a value of
+/// fewer than `SHORTEST_RUN` pixels joined to the runs without one.
+fn runs(width: usize, value_at: impl Fn(usize) -> Option<u8>) -> Vec<(Range<usize>, Option<u8>)> {
+    let mut runs: Vec<(Range<usize>, Option<u8>)> = Vec::new();
+    for x in 0..width {
+        let value = value_at(x);
+        match runs.last_mut() {
+            Some((span, last)) if *last == value => span.end = x + 1,
+            _ => runs.push((x..x + 1, value)),
+        }
+    }
+    let mut joined: Vec<(Range<usize>, Option<u8>)> = Vec::new();
+    for (span, value) in runs {
+        let value = value.filter(|_| span.len() >= SHORTEST_RUN);
+        match joined.last_mut() {
+            Some((last_span, None)) if value.is_none() => last_span.end = span.end,
+            _ => joined.push((span, value)),
+        }
+    }
+    joined
+}
+
+/// The source indices (rows or columns) that Catmull-Rom reads to make
+/// `out` of `n_out`, from `n_src`: 2 source pixels either side of each
+/// output pixel's centre, as many output pixels when shrinking, and 1 more
+/// for rounding.
+fn reads(n_src: u32, n_out: u32, out: Range<usize>) -> Range<usize> {
+    let scale = f64::from(n_src) / f64::from(n_out);
+    let reach = 2.0 * scale.max(1.0) + 1.0;
+    let start = (out.start as f64 * scale - reach).floor().max(0.0) as usize;
+    let end = (out.end as f64 * scale + reach).ceil() as usize;
+    start..end.min(n_src as usize)
+}
+
+/// Each column of `rows` of the plane: its value where all those rows
+/// hold the same one.
+fn column_values(plane: &[u8], width: usize, rows: Range<usize>) -> Vec<Option<u8>> {
+    let row = |y: usize| &plane[y * width..][..width];
+    let mut values: Vec<Option<u8>> = row(rows.start).iter().copied().map(Some).collect();
+    for y in rows.skip(1) {
+        for (value, &pixel) in values.iter_mut().zip(row(y)) {
+            if *value != Some(pixel) {
+                *value = None;
+            }
+        }
+    }
+    values
+}
+
+/// The value all of `values` hold, if they hold one.
+fn one_value(values: &[Option<u8>]) -> Option<u8> {
+    let first = *values.first()?;
+    values
+        .iter()
+        .all(|&v| v == first)
+        .then_some(first)
+        .flatten()
 }
 
 #[cfg(test)]
@@ -163,6 +271,63 @@ mod tests {
             let worst = band.iter().zip(rows).map(|(a, b)| a.abs_diff(*b)).max();
             assert!(worst <= Some(1), "{size:?}: off by {worst:?}");
         }
+    }
+
+    #[test]
+    fn a_matte_band_is_filled_where_flat_and_filtered_elsewhere_as_the_whole_resize() {
+        // 0 around a disc of 255 with a ramp for a rim, and a noisy corner.
+        let (w, h) = (120u32, 80u32);
+        let matte: Vec<u8> = (0..w * h)
+            .map(|i| {
+                let (x, y) = (f64::from(i % w), f64::from(i / w));
+                let d = ((x - 60.0).powi(2) + (y - 40.0).powi(2)).sqrt();
+                match (x, y) {
+                    (x, y) if x > 110.0 && y < 10.0 => (i * 7919 % 251) as u8,
+                    _ => ((30.0 - d) * 40.0).clamp(0.0, 255.0) as u8,
+                }
+            })
+            .collect();
+        for size in [(600, 400), (1000, 90), (60, 40)] {
+            let src = ImageRef::new(w, h, &matte, PixelType::U8).unwrap();
+            let whole = in_one_band(&src, size, Filter::CatmullRom);
+            let width = size.0 as usize;
+            for (first_row, rows) in [(0, 30), (size.1 / 2 - 5, 11), (size.1 - 7, 7)] {
+                let mut band = vec![7; rows as usize * width];
+                resize_gray_band(&matte, (w, h), size, first_row, &mut band);
+                let at = first_row as usize * width;
+                let worst = band
+                    .iter()
+                    .zip(&whole[at..])
+                    .map(|(a, b)| a.abs_diff(*b))
+                    .max();
+                assert!(
+                    worst <= Some(1),
+                    "{size:?} from row {first_row}: off by {worst:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_is_cut_into_runs_of_one_value_and_spans_to_filter() {
+        let values =
+            |v: &[Option<u8>]| -> Vec<(Range<usize>, Option<u8>)> { runs(v.len(), |x| v[x]) };
+        let long = SHORTEST_RUN;
+        let mut row = vec![Some(0); long];
+        row.extend([None, None, Some(9), None]);
+        row.extend(vec![Some(255); long - 1]);
+        row.extend(vec![Some(255); 1]);
+        row.push(Some(3));
+        assert_eq!(
+            values(&row),
+            [
+                (0..long, Some(0)),
+                (long..long + 4, None),
+                (long + 4..2 * long + 4, Some(255)),
+                (2 * long + 4..2 * long + 5, None),
+            ],
+            "short runs of a value are filtered with their neighbours"
+        );
     }
 
     #[test]
