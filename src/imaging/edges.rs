@@ -55,7 +55,7 @@ impl<'a> Edges<'a> {
             if !super::is_partial(*m) {
                 continue;
             }
-            let [a_r, a_g, a_b, b] = self.sampler.at(x, y).sample_by(|i| self.fits.cell(i));
+            let [a_r, a_g, a_b, b] = self.sampler.at(x, y).sample_by(|x, y| self.fits.cell(x, y));
             let fitted = a_r * f32::from(px[0]) / 255.0
                 + a_g * f32::from(px[1]) / 255.0
                 + a_b * f32::from(px[2]) / 255.0
@@ -81,11 +81,15 @@ struct Fits<'a> {
 }
 
 impl Fits<'_> {
-    fn cell(&self, i: usize) -> [f32; 4] {
-        let (x, y) = (i % self.width, i / self.width);
+    fn cell(&self, x: usize, y: usize) -> [f32; 4] {
         match &self.tiles[y / TILE * self.tiles_across + x / TILE] {
             Some(tile) => tile[y % TILE * TILE + x % TILE],
-            None => [0.0, 0.0, 0.0, f32::from(self.matte[i]) / 255.0],
+            None => [
+                0.0,
+                0.0,
+                0.0,
+                f32::from(self.matte[y * self.width + x]) / 255.0,
+            ],
         }
     }
 }

@@ -112,7 +112,10 @@ struct Taps {
 }
 
 pub struct Sample {
-    index: [usize; 4],
+    width: usize,
+    /// The two columns and the two rows of the grid it reads.
+    columns: [usize; 2],
+    rows: [usize; 2],
     weight: [f32; 4],
 }
 
@@ -140,15 +143,12 @@ impl Bilinear {
     }
 
     pub fn at(&self, x: usize, y: usize) -> Sample {
-        let (c, r, w) = (self.columns[x], self.rows[y], self.width);
+        let (c, r) = (self.columns[x], self.rows[y]);
         let (fx, fy) = (c.weight, r.weight);
         Sample {
-            index: [
-                r.low * w + c.low,
-                r.low * w + c.high,
-                r.high * w + c.low,
-                r.high * w + c.high,
-            ],
+            width: self.width,
+            columns: [c.low, c.high],
+            rows: [r.low, r.high],
             weight: [
                 (1.0 - fx) * (1.0 - fy),
                 fx * (1.0 - fy),
@@ -164,13 +164,18 @@ impl Sample {
     /// four neighbouring cells (`interleave`), not four scattered ones a
     /// plane.
     pub fn sample<const N: usize>(&self, grid: &[[f32; N]]) -> [f32; N] {
-        self.sample_by(|i| grid[i])
+        self.sample_by(|x, y| grid[y * self.width + x])
     }
 
-    /// `sample` of a grid whose cell `i` is `cell(i)`.
-    pub fn sample_by<const N: usize>(&self, cell: impl Fn(usize) -> [f32; N]) -> [f32; N] {
-        let (i, w) = (&self.index, &self.weight);
-        let cells = [cell(i[0]), cell(i[1]), cell(i[2]), cell(i[3])];
+    /// `sample` of a grid whose cell at column `x`, row `y` is `cell(x, y)`.
+    pub fn sample_by<const N: usize>(&self, cell: impl Fn(usize, usize) -> [f32; N]) -> [f32; N] {
+        let ([left, right], [top, bottom], w) = (self.columns, self.rows, &self.weight);
+        let cells = [
+            cell(left, top),
+            cell(right, top),
+            cell(left, bottom),
+            cell(right, bottom),
+        ];
         std::array::from_fn(|v| {
             cells[0][v] * w[0] + cells[1][v] * w[1] + cells[2][v] * w[2] + cells[3][v] * w[3]
         })
