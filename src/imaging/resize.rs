@@ -187,9 +187,9 @@ fn runs(width: usize, value_at: impl Fn(usize) -> Option<u8>) -> Vec<(Range<usiz
 }
 
 /// The source indices (rows or columns) that Catmull-Rom reads to make
-/// `out` of `n_out`, from `n_src`: 2 source pixels either side of each
-/// output pixel's centre, as many output pixels when shrinking, and 1 more
-/// for rounding.
+/// `out` of `n_out` from `n_src`: it reaches 2 pixels either side of an
+/// output pixel's centre, counted in source pixels when enlarging and in
+/// output pixels when shrinking; 1 more allows for rounding.
 fn reads(n_src: u32, n_out: u32, out: Range<usize>) -> Range<usize> {
     let scale = f64::from(n_src) / f64::from(n_out);
     let reach = 2.0 * scale.max(1.0) + 1.0;
@@ -227,6 +227,11 @@ fn one_value(values: &[Option<u8>]) -> Option<u8> {
 mod tests {
     use super::*;
 
+    /// The largest difference of two sets of pixels, byte by byte.
+    fn off_by(a: &[u8], b: &[u8]) -> Option<u8> {
+        a.iter().zip(b).map(|(a, b)| a.abs_diff(*b)).max()
+    }
+
     /// The whole resize in one go, as fast_image_resize does it.
     fn in_one_band(src: &ImageRef, size: (u32, u32), filter: Filter) -> Vec<u8> {
         let mut dst = Image::new(size.0, size.1, src.pixel_type());
@@ -249,7 +254,7 @@ mod tests {
                 let src = ImageRef::new(97, 61, src, kind).unwrap();
                 let banded = resize_in_bands(&src, size, filter);
                 let whole = in_one_band(&src, size, filter);
-                let worst = banded.iter().zip(&whole).map(|(a, b)| a.abs_diff(*b)).max();
+                let worst = off_by(&banded, &whole);
                 assert!(
                     worst <= Some(1),
                     "{size:?} {kind:?} {filter:?}: off by {worst:?}"
@@ -268,7 +273,7 @@ mod tests {
             let mut band = vec![0; 9 * width];
             resize_gray_band(&plane, (50, 30), size, 20, &mut band);
             let rows = &whole[20 * width..29 * width];
-            let worst = band.iter().zip(rows).map(|(a, b)| a.abs_diff(*b)).max();
+            let worst = off_by(&band, rows);
             assert!(worst <= Some(1), "{size:?}: off by {worst:?}");
         }
     }
@@ -295,11 +300,7 @@ mod tests {
                 let mut band = vec![7; rows as usize * width];
                 resize_gray_band(&matte, (w, h), size, first_row, &mut band);
                 let at = first_row as usize * width;
-                let worst = band
-                    .iter()
-                    .zip(&whole[at..])
-                    .map(|(a, b)| a.abs_diff(*b))
-                    .max();
+                let worst = off_by(&band, &whole[at..]);
                 assert!(
                     worst <= Some(1),
                     "{size:?} from row {first_row}: off by {worst:?}"
