@@ -98,6 +98,8 @@ impl Pipeline {
         queue_capacity: usize,
         upload_buffer: u64,
     ) -> Pipeline {
+        // Each inference worker's request, and one more decoding or encoding.
+        let holding_pixels = inference_workers + 1;
         let mut list: Vec<Model> = Vec::new();
         let mut index = |spec: ModelSpec| match list.iter().position(|m| m.spec.name == spec.name) {
             Some(i) => i,
@@ -118,8 +120,8 @@ impl Pipeline {
             person,
             general,
             loader,
-            queue: WorkQueue::new(inference_workers + 1, queue_capacity, upload_buffer),
-            spare_pixels: SparePixels::new(inference_workers + 1),
+            queue: WorkQueue::new(holding_pixels, queue_capacity, upload_buffer),
+            spare_pixels: SparePixels::new(holding_pixels),
         }
     }
 
@@ -250,8 +252,8 @@ impl Pipeline {
             resized
         };
         let png = imaging::cut_out_png(&kept, &model_input, &small_matte);
-        self.spare_pixels.give(kept);
         watch.lap("compose");
+        self.spare_pixels.give(kept);
         Ok(CutOut {
             png,
             width: out_w,

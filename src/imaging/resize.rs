@@ -130,10 +130,9 @@ pub fn resize_gray_band(
     let rows = band.len() / width;
     let first_row = first_row as usize;
     let rows_read = reads(src_size.1, size.1, first_row..first_row + rows);
-    let columns = column_values(src, src_size.0 as usize, rows_read);
-    for (span, value) in runs(width, |x| {
-        one_value(&columns[reads(src_size.0, size.0, x..x + 1)])
-    }) {
+    let column_value = column_values(src, src_size.0 as usize, rows_read);
+    let value_read_at = |x: usize| one_value(&column_value[reads(src_size.0, size.0, x..x + 1)]);
+    for (span, value) in runs(width, value_read_at) {
         match value {
             Some(v) => band
                 .chunks_exact_mut(width)
