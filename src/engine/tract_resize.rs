@@ -1,0 +1,305 @@
+//! tract's Resize, run a whole plane at a time. tract resamples one axis
+//! after the other into fresh zeroed buffers, along the last axis one output
+//! value at a time, on one core: on U2NetP and MODNet that was a fifth of a
+//! tract run, on IS-Net an eighth (BENCHMARKS.md). `PlannedResize` keeps
+//! tract's own plan, the same taps and weights summed in the same order, so
+//! its values are tract's to the bit, and runs it on tract's threads.
+
+use rayon::prelude::*;
+use tract_linalg::multithread::{current_tract_executor, Executor};
+use tract_onnx::tract_core::internal::*;
+use tract_onnx::tract_core::ops::nn::resize::Resize;
+
+/// Puts a `PlannedResize` in place of every Resize of an f32 NCHW tensor
+/// over its height and width whose shapes are known; returns how many.
+pub fn plan_resizes(model: &mut TypedModel) -> TractResult<usize> {
+    let mut planned = 0;
+    for id in 0..model.nodes.len() {
+        if let Some(op) = planned_resize(model, &model.nodes[id])? {
+            model.nodes[id].op = Box::new(op);
+            planned += 1;
+        }
+    }
+    Ok(planned)
+}
+
+fn planned_resize(model: &TypedModel, node: &TypedNode) -> TractResult<Option<PlannedResize>> {
+    let Some(resize) = node.op_as::<Resize>() else {
+        return Ok(None);
+    };
+    let input = model.outlet_fact(node.inputs[0])?;
+    let output = model.outlet_fact(OutletId::new(node.id, 0))?;
+    let (Some(from), Some(to)) = (input.shape.as_concrete(), output.shape.as_concrete()) else {
+        return Ok(None);
+    };
+    if input.datum_type != f32::datum_type() || from.len() != 4 || from[..2] != to[..2] {
+        return Ok(None);
+    }
+    // The scales tract's eval would use: the scales input where it gives
+    // one per axis, otherwise the ratio of the sizes.
+    let given = match resize.optional_scales_input {
+        Some(ix) => match model.outlet_fact(node.inputs[ix])?.konst.as_ref() {
+            Some(scales) => Some(scales.cast_to::<f32>()?.into_owned()),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let scale = |axis: usize| -> TractResult<f32> {
+        Ok(match given.as_ref().filter(|s| s.len() == 4) {
+            Some(scales) => scales.try_as_plain_ram()?.as_slice::<f32>()?[axis],
+            None => to[axis] as f32 / from[axis] as f32,
+        })
+    };
+    if (0..2).any(|axis| scale(axis).is_ok_and(|s| s != 1.0)) {
+        return Ok(None);
+    }
+    let mut taps = [None, None];
+    for (axis, taps) in (2..4).zip(&mut taps) {
+        let scale = scale(axis)?;
+        if from[axis] == to[axis] && scale == 1.0 {
+            continue;
+        }
+        let plan = resize.plan_axis(scale, from[axis], to[axis]);
+        if plan.extrapolated.contains(&true) {
+            return Ok(None);
+        }
+        *taps = Some(Taps {
+            window: plan.window,
+            indices: plan.indices,
+            weights: plan.weights,
+        });
+    }
+    let [rows, columns] = taps;
+    Ok(Some(PlannedResize {
+        input: [from[0], from[1], from[2], from[3]],
+        output: [to[2], to[3]],
+        rows,
+        columns,
+    }))
+}
+
+/// Where each output line along one axis reads, and with what weights.
+#[derive(Debug, Clone, PartialEq)]
+struct Taps {
+    window: usize,
+    indices: Vec<usize>,
+    weights: Vec<f32>,
+}
+
+impl Taps {
+    fn of(&self, out: usize) -> impl Iterator<Item = (usize, f32)> + '_ {
+        let taps = out * self.window..(out + 1) * self.window;
+        self.indices[taps.clone()]
+            .iter()
+            .copied()
+            .zip(self.weights[taps].iter().copied())
+            // As tract: a tap of weight 0 is not read (0 × ∞ would be NaN).
+            .filter(|&(_, weight)| weight != 0.0)
+    }
+}
+
+/// A Resize of an NCHW f32 tensor along H (`rows`) and W (`columns`); an
+/// axis without taps is copied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedResize {
+    input: [usize; 4],
+    /// Height and width out.
+    output: [usize; 2],
+    rows: Option<Taps>,
+    columns: Option<Taps>,
+}
+
+impl PlannedResize {
+    /// One channel: each output row is first summed from the input rows it
+    /// reads (whole rows, which vectorise), then resampled along its width.
+    fn resample_plane(&self, plane: &[f32], out: &mut [f32], row: &mut [f32]) {
+        let width = self.input[3];
+        for (y, out_row) in out.chunks_exact_mut(self.output[1]).enumerate() {
+            let row: &[f32] = match &self.rows {
+                Some(taps) => {
+                    row.fill(0.0);
+                    for (source, weight) in taps.of(y) {
+                        let source = &plane[source * width..][..width];
+                        for (sum, value) in row.iter_mut().zip(source) {
+                            *sum += weight * value;
+                        }
+                    }
+                    row
+                }
+                None => &plane[y * width..][..width],
+            };
+            match &self.columns {
+                Some(taps) => {
+                    for (x, out) in out_row.iter_mut().enumerate() {
+                        *out = taps
+                            .of(x)
+                            .fold(0.0, |sum, (source, weight)| sum + weight * row[source]);
+                    }
+                }
+                None => out_row.copy_from_slice(row),
+            }
+        }
+    }
+}
+
+// Weights are never NaN, so equality is reflexive, as `Op` needs.
+impl Eq for PlannedResize {}
+
+impl Op for PlannedResize {
+    fn name(&self) -> StaticName {
+        "PlannedResize".into()
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for PlannedResize {
+    op_out_of_plan!();
+
+    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let input = &inputs[0];
+        ensure!(
+            input.shape() == self.input,
+            "PlannedResize planned for {:?}",
+            self.input
+        );
+        let [batch, channels, height, width] = self.input;
+        let [out_height, out_width] = self.output;
+        let mut output = Tensor::zero::<f32>(&[batch, channels, out_height, out_width])?;
+        let from = input.try_as_plain_ram()?;
+        let from = from.as_slice::<f32>()?;
+        let mut to = output.try_as_plain_ram_mut()?;
+        let to = to.as_slice_mut::<f32>()?;
+        let mut run = || {
+            to.par_chunks_mut(out_height * out_width)
+                .zip(from.par_chunks(height * width))
+                .for_each_init(
+                    || vec![0f32; width],
+                    |row, (out, plane)| self.resample_plane(plane, out, row),
+                )
+        };
+        match current_tract_executor() {
+            Executor::MultiThread(pool) => pool.install(run),
+            _ => run(),
+        }
+        Ok(tvec!(output.into_tvalue()))
+    }
+}
+
+impl TypedOp for PlannedResize {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        let [batch, channels, ..] = self.input;
+        let [height, width] = self.output;
+        Ok(tvec!(inputs[0]
+            .datum_type
+            .fact([batch, channels, height, width])))
+    }
+
+    as_op!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tract_onnx::tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Nearest};
+
+    /// tract's own Resize and the planned one on the same input, in a
+    /// model each, so the plan is made as the engine makes it.
+    fn both(
+        interpolator: Interpolator,
+        coord_transformer: CoordTransformer,
+        from: [usize; 4],
+        to: [usize; 4],
+    ) -> (Tensor, Tensor, usize) {
+        let mut model = TypedModel::default();
+        let source = model.add_source("x", f32::fact(from)).unwrap();
+        let sizes = model
+            .add_const("sizes", tensor1(&to.map(|d| d as i64)))
+            .unwrap();
+        let resize = Resize {
+            coord_transformer,
+            interpolator,
+            nearest: Nearest::Floor,
+            optional_scales_input: None,
+            optional_sizes_input: Some(1),
+        };
+        let out = model.wire_node("resize", resize, &[source, sizes]).unwrap();
+        model.select_output_outlets(&out).unwrap();
+        let values: Vec<f32> = (0..from.iter().product::<usize>())
+            .map(|i| ((i * 7919) % 251) as f32 / 25.0 - 5.0)
+            .collect();
+        let input = Tensor::from_shape(&from, &values).unwrap();
+        let run = |model: TypedModel| {
+            let outputs = model
+                .into_runnable()
+                .unwrap()
+                .run(tvec!(input.clone().into()))
+                .unwrap();
+            outputs[0].clone().into_tensor()
+        };
+        let mut planned = model.clone();
+        let replaced = plan_resizes(&mut planned).unwrap();
+        (run(model), run(planned), replaced)
+    }
+
+    #[test]
+    fn a_planned_resize_gives_tracts_values_to_the_bit() {
+        use CoordTransformer::*;
+        let cases = [
+            (
+                Interpolator::Linear,
+                HalfPixel,
+                [1, 3, 8, 8],
+                [1, 3, 16, 16],
+            ),
+            (
+                Interpolator::Linear,
+                PytorchHalfPixel,
+                [1, 2, 5, 7],
+                [1, 2, 11, 3],
+            ),
+            (
+                Interpolator::Linear,
+                AlignCorners,
+                [2, 2, 6, 9],
+                [2, 2, 6, 20],
+            ),
+            (Interpolator::Linear, HalfPixel, [1, 4, 9, 5], [1, 4, 4, 5]),
+            (
+                Interpolator::Cubic,
+                Asymmetric,
+                [1, 1, 6, 6],
+                [1, 1, 13, 10],
+            ),
+            (Interpolator::Nearest, HalfPixel, [1, 2, 3, 5], [1, 2, 7, 9]),
+        ];
+        for (interpolator, coords, from, to) in cases {
+            let label = format!("{interpolator:?} {coords:?} {from:?} -> {to:?}");
+            let (tract, planned, replaced) = both(interpolator, coords, from, to);
+            assert_eq!(replaced, 1, "{label}");
+            assert_eq!(tract.shape(), planned.shape(), "{label}");
+            let tract = tract.try_as_plain_ram().unwrap();
+            let planned = planned.try_as_plain_ram().unwrap();
+            let (tract, planned) = (
+                tract.as_slice::<f32>().unwrap(),
+                planned.as_slice::<f32>().unwrap(),
+            );
+            let same = tract
+                .iter()
+                .zip(planned)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{label}: {tract:?} != {planned:?}");
+        }
+    }
+
+    #[test]
+    fn a_resize_of_the_batch_or_channels_is_left_to_tract() {
+        let (_, _, replaced) = both(
+            Interpolator::Linear,
+            CoordTransformer::HalfPixel,
+            [1, 2, 4, 4],
+            [1, 4, 4, 4],
+        );
+        assert_eq!(replaced, 0);
+    }
+}
