@@ -134,11 +134,18 @@ enum UsageCommand {
     },
 }
 
+/// Rust's blocks of 1 MiB or more are mappings of their own, reused inside
+/// a tract run (allocator.rs); glibc keeps the small ones.
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: cutout::allocator::Allocator = cutout::allocator::Allocator;
+
+/// For what is allocated through malloc itself (ONNX Runtime, SQLite):
 /// glibc raises its mmap threshold each time a large buffer is freed (up
-/// to 32 MiB), after which uploads, decoded photos and model activations
-/// are carved from its heap arenas, and what they free there stays with
-/// the process. A fixed 1 MiB threshold keeps every such buffer in its own
-/// mapping, handed back on free: with IS-Net on onnxruntime, idle RSS went
+/// to 32 MiB), after which large buffers, ONNX Runtime's activations among
+/// them, are carved from its heap arenas, and what they free there stays
+/// with the process. A fixed 1 MiB threshold keeps every such buffer in its
+/// own mapping, handed back on free: with IS-Net on onnxruntime, idle RSS went
 /// from 942 to 689 MiB and the peak under 50 uploads from 1857 to 987 MiB
 /// (BENCHMARKS.md). The arenas keep up to 32 MiB free before handing
 /// memory back (128 KiB by default): a 12 MP cut-out is made in bands whose

@@ -12,6 +12,15 @@ use tract_onnx::tract_core::floats::FloatPrecisionTranslator;
 use tract_onnx::tract_core::knobs::KnobScope;
 use tract_onnx::tract_core::ops::cast::Cast;
 
+#[cfg(target_os = "linux")]
+use crate::allocator::reusing_large_blocks;
+
+/// Elsewhere the system allocator is left as it is.
+#[cfg(not(target_os = "linux"))]
+fn reusing_large_blocks<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
 type Plan = Arc<TypedRunnableModel>;
 
 /// Plans kept for a kept-aspect model (each holds the weights again).
@@ -122,7 +131,7 @@ impl Engine for TractEngine {
     fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>> {
         let plan = self.plan(width, height)?;
         let tensor = Tensor::from_shape(&[1, 3, height as usize, width as usize], &input)?;
-        let outputs = plan.run(tvec!(tensor.into()))?;
+        let outputs = reusing_large_blocks(|| plan.run(tvec!(tensor.into())))?;
         let out = outputs[0].to_plain_array_view::<f32>()?;
         anyhow::ensure!(
             out.len() == (width * height) as usize,
