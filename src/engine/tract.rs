@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::floats::FloatPrecisionTranslator;
 use tract_onnx::tract_core::knobs::KnobScope;
-use tract_onnx::tract_core::ops::cast::Cast;
 
 #[cfg(target_os = "linux")]
 use crate::allocator::reusing_large_blocks;
@@ -83,7 +82,6 @@ impl TractEngine {
                 DatumType::F32,
             ))?;
         }
-        widen_weights_now(&mut typed)?;
         super::tract_resize::plan_resizes(&mut typed)?;
         let mut optimised = if self.im2col {
             KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
@@ -100,27 +98,6 @@ impl TractEngine {
         plans.insert((width, height), plan.clone());
         Ok(plan)
     }
-}
-
-/// Casts of constants done once here rather than on every run. tract folds
-/// a cast of a constant only when that does not make it larger, so the
-/// widening of fp16 weights to f32 would stay in the plan: on IS-Net 18
-/// casts and the packing of their weights took 0.12 s of every run.
-fn widen_weights_now(model: &mut TypedModel) -> TractResult<()> {
-    for id in 0..model.nodes.len() {
-        let node = &model.nodes[id];
-        let Some(cast) = node.op_as::<Cast>() else {
-            continue;
-        };
-        let Some(value) = model.outlet_fact(node.inputs[0])?.konst.clone() else {
-            continue;
-        };
-        let mut patch = TypedModelPatch::default();
-        let wire = patch.add_const(&node.name, value.cast_to_dt(cast.to)?.into_owned())?;
-        patch.shunt_outside(model, node.id.into(), wire)?;
-        patch.apply(model)?;
-    }
-    Ok(())
 }
 
 impl Engine for TractEngine {
@@ -141,36 +118,5 @@ impl Engine for TractEngine {
             height
         );
         Ok(out.iter().copied().collect())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tract_onnx::tract_core::ops::cast::cast;
-
-    #[test]
-    fn a_cast_of_a_constant_is_done_once_at_load_with_the_same_values() {
-        let mut model = TypedModel::default();
-        let narrow = tensor1(&[0.5f32, -1.25, 3.0, 65504.0])
-            .cast_to::<f16>()
-            .unwrap()
-            .into_owned();
-        let weights = model.add_const("weights", narrow.clone()).unwrap();
-        let wide = model
-            .wire_node("wide", cast(DatumType::F32), &[weights])
-            .unwrap();
-        model.select_output_outlets(&wide).unwrap();
-
-        widen_weights_now(&mut model).unwrap();
-
-        let run = model.eval_order().unwrap();
-        assert!(run.iter().all(|&id| !model.nodes[id].op_is::<Cast>()));
-        let outputs = model.into_runnable().unwrap().run(tvec!()).unwrap();
-        assert_eq!(
-            *outputs[0],
-            narrow.cast_to::<f32>().unwrap().into_owned(),
-            "the same values as the cast at run time"
-        );
     }
 }
