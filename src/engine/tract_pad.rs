@@ -4,8 +4,7 @@
 //! output with zeros and copying the input into it through ndarray: on
 //! IS-Net 114 of them took 0.64 s of a 4.7 s run (BENCHMARKS.md, "tract").
 
-use rayon::prelude::*;
-use tract_linalg::multithread::{current_tract_executor, Executor};
+use super::tract_resize::plane_by_plane;
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::array::{Pad, PadMode};
 
@@ -80,36 +79,23 @@ impl EvalOp for PlannedPad {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let input = &inputs[0];
-        ensure!(
-            input.shape() == self.input,
-            "PlannedPad planned for {:?}",
-            self.input
-        );
-        let [_, _, height, width] = self.input;
-        let output_shape = self.output();
-        let [_, _, out_height, out_width] = output_shape;
-        let mut output = Tensor::zero::<f32>(&output_shape)?;
-        let from = input.try_as_plain_ram()?;
-        let from = from.as_slice::<f32>()?;
-        let mut to = output.try_as_plain_ram_mut()?;
-        let to = to.as_slice_mut::<f32>()?;
-        let mut run = || {
-            to.par_chunks_mut(out_height * out_width)
-                .zip(from.par_chunks(height * width))
-                .for_each(|(out, plane)| {
-                    let inside = out[self.rows.0 * out_width..]
-                        .chunks_exact_mut(out_width)
-                        .zip(plane.chunks_exact(width));
-                    for (out_row, row) in inside {
-                        out_row[self.columns.0..][..width].copy_from_slice(row);
-                    }
-                })
-        };
-        match current_tract_executor() {
-            Executor::MultiThread(pool) => pool.install(run),
-            _ => run(),
-        }
+        let [_, _, _, width] = self.input;
+        let output = self.output();
+        let out_width = output[3];
+        let output = plane_by_plane(
+            &inputs[0],
+            self.input,
+            output,
+            || (),
+            |_, plane, out| {
+                let inside = out[self.rows.0 * out_width..]
+                    .chunks_exact_mut(out_width)
+                    .zip(plane.chunks_exact(width));
+                for (out_row, row) in inside {
+                    out_row[self.columns.0..][..width].copy_from_slice(row);
+                }
+            },
+        )?;
         Ok(tvec!(output.into_tvalue()))
     }
 }
@@ -125,6 +111,7 @@ impl TypedOp for PlannedPad {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::tract_resize::tract_and_planned;
 
     /// tract's own Pad and the planned one on the same input.
     fn both(pads: Vec<(usize, usize)>, value: f32, shape: [usize; 4]) -> (Tensor, Tensor, usize) {
@@ -136,21 +123,7 @@ mod tests {
         };
         let out = model.wire_node("pad", pad, &[source]).unwrap();
         model.select_output_outlets(&out).unwrap();
-        let values: Vec<f32> = (0..shape.iter().product::<usize>())
-            .map(|i| i as f32 + 1.0)
-            .collect();
-        let input = Tensor::from_shape(&shape, &values).unwrap();
-        let run = |model: TypedModel| {
-            let outputs = model
-                .into_runnable()
-                .unwrap()
-                .run(tvec!(input.clone().into()))
-                .unwrap();
-            outputs[0].clone().into_tensor()
-        };
-        let mut planned = model.clone();
-        let replaced = plan_pads(&mut planned).unwrap();
-        (run(model), run(planned), replaced)
+        tract_and_planned(model, shape, plan_pads)
     }
 
     #[test]

@@ -157,33 +157,50 @@ impl EvalOp for PlannedResize {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let input = &inputs[0];
-        ensure!(
-            input.shape() == self.input,
-            "PlannedResize planned for {:?}",
-            self.input
-        );
-        let [batch, channels, height, width] = self.input;
-        let [out_height, out_width] = self.output;
-        let mut output = Tensor::zero::<f32>(&[batch, channels, out_height, out_width])?;
-        let from = input.try_as_plain_ram()?;
-        let from = from.as_slice::<f32>()?;
-        let mut to = output.try_as_plain_ram_mut()?;
-        let to = to.as_slice_mut::<f32>()?;
+        let [batch, channels, _, width] = self.input;
+        let [height, out_width] = self.output;
+        let output = plane_by_plane(
+            &inputs[0],
+            self.input,
+            [batch, channels, height, out_width],
+            || vec![0f32; width],
+            |row, plane, out| self.resample_plane(plane, out, row),
+        )?;
+        Ok(tvec!(output.into_tvalue()))
+    }
+}
+
+/// A zeroed f32 tensor of `output`'s NCHW shape, each of its planes
+/// written by `fill` from the same plane of `input` (shape `planned`), the
+/// planes on tract's thread pool; `scratch` makes each thread's scratch.
+pub(super) fn plane_by_plane<S>(
+    input: &Tensor,
+    planned: [usize; 4],
+    output: [usize; 4],
+    scratch: impl Fn() -> S + Send + Sync,
+    fill: impl Fn(&mut S, &[f32], &mut [f32]) + Send + Sync,
+) -> TractResult<Tensor> {
+    ensure!(
+        input.shape() == planned,
+        "planned for an input of {planned:?}"
+    );
+    let mut tensor = Tensor::zero::<f32>(&output)?;
+    let from = input.try_as_plain_ram()?;
+    let from = from.as_slice::<f32>()?;
+    {
+        let mut plain = tensor.try_as_plain_ram_mut()?;
+        let to = plain.as_slice_mut::<f32>()?;
         let mut run = || {
-            to.par_chunks_mut(out_height * out_width)
-                .zip(from.par_chunks(height * width))
-                .for_each_init(
-                    || vec![0f32; width],
-                    |row, (out, plane)| self.resample_plane(plane, out, row),
-                )
+            to.par_chunks_mut(output[2] * output[3])
+                .zip(from.par_chunks(planned[2] * planned[3]))
+                .for_each_init(&scratch, |scratch, (out, plane)| fill(scratch, plane, out))
         };
         match current_tract_executor() {
             Executor::MultiThread(pool) => pool.install(run),
             _ => run(),
         }
-        Ok(tvec!(output.into_tvalue()))
     }
+    Ok(tensor)
 }
 
 impl TypedOp for PlannedResize {
@@ -196,6 +213,31 @@ impl TypedOp for PlannedResize {
     }
 
     as_op!();
+}
+
+/// `model`'s output on an input of `shape` as tract plans it, and after
+/// `plan` put cutout's operators in; and how many `plan` put in.
+#[cfg(test)]
+pub(super) fn tract_and_planned(
+    model: TypedModel,
+    shape: [usize; 4],
+    plan: fn(&mut TypedModel) -> TractResult<usize>,
+) -> (Tensor, Tensor, usize) {
+    let values: Vec<f32> = (0..shape.iter().product::<usize>())
+        .map(|i| ((i * 7919) % 251) as f32 / 25.0 - 5.0)
+        .collect();
+    let input = Tensor::from_shape(&shape, &values).unwrap();
+    let run = |model: TypedModel| {
+        let outputs = model
+            .into_runnable()
+            .unwrap()
+            .run(tvec!(input.clone().into()))
+            .unwrap();
+        outputs[0].clone().into_tensor()
+    };
+    let mut planned = model.clone();
+    let replaced = plan(&mut planned).unwrap();
+    (run(model), run(planned), replaced)
 }
 
 #[cfg(test)]
@@ -225,21 +267,7 @@ mod tests {
         };
         let out = model.wire_node("resize", resize, &[source, sizes]).unwrap();
         model.select_output_outlets(&out).unwrap();
-        let values: Vec<f32> = (0..from.iter().product::<usize>())
-            .map(|i| ((i * 7919) % 251) as f32 / 25.0 - 5.0)
-            .collect();
-        let input = Tensor::from_shape(&from, &values).unwrap();
-        let run = |model: TypedModel| {
-            let outputs = model
-                .into_runnable()
-                .unwrap()
-                .run(tvec!(input.clone().into()))
-                .unwrap();
-            outputs[0].clone().into_tensor()
-        };
-        let mut planned = model.clone();
-        let replaced = plan_resizes(&mut planned).unwrap();
-        (run(model), run(planned), replaced)
+        tract_and_planned(model, from, plan_resizes)
     }
 
     #[test]
