@@ -6,7 +6,7 @@
 //! scope ends.
 //!
 //! Why: tract gives every operator a fresh output tensor. On IS-Net that is
-//! about 2 GB of fresh pages a run, each faulted in (about 1.6 µs a page
+//! about 870,000 fresh pages a run, each faulted in (about 1.6 µs a page
 //! here), and a run frees and asks again for the same few sizes over and
 //! over. Kept while a run lasts, they are reused instead; handed back when
 //! it ends, so nothing is held between requests (BENCHMARKS.md).
