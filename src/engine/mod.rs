@@ -8,8 +8,6 @@ mod onnxruntime;
 mod pool;
 pub mod preprocess;
 mod tract;
-pub mod tract_pad;
-pub mod tract_resize;
 
 pub use crate::config::EngineKind;
 pub use manifest::{InputSpec, Manifest, ModelSpec, OutputKind, RuntimeSpec};

@@ -1,12 +1,19 @@
 //! The pure-Rust engine: tract-onnx. The model is parsed once; an optimised
-//! plan is built once per input shape and shared by every worker.
+//! plan is built once per input shape and shared by every worker. Two of
+//! tract's operators are replaced in the plan by cutout's (`resize`,
+//! `pad`), which give tract's values and run a plane per core.
+
+mod pad;
+mod resize;
 
 use super::manifest::ModelSpec;
 use super::Engine;
 use anyhow::{Context, Result};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use tract_linalg::multithread::{current_tract_executor, Executor};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::floats::FloatPrecisionTranslator;
 use tract_onnx::tract_core::knobs::KnobScope;
@@ -82,14 +89,14 @@ impl TractEngine {
                 DatumType::F32,
             ))?;
         }
-        super::tract_resize::plan_resizes(&mut typed)?;
+        resize::plan_resizes(&mut typed)?;
         let mut optimised = if self.im2col {
             KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
                 .enter(|| typed.into_optimized())?
         } else {
             typed.into_optimized()?
         };
-        super::tract_pad::plan_pads(&mut optimised)?;
+        pad::plan_pads(&mut optimised)?;
         let plan = optimised.into_runnable()?;
         let mut plans = self.plans.lock().unwrap();
         if plans.len() >= MAX_CACHED_PLANS {
@@ -119,4 +126,78 @@ impl Engine for TractEngine {
         );
         Ok(out.iter().copied().collect())
     }
+}
+
+/// Puts the operator `planned` makes for a node in that node's place, for
+/// every node it makes one for; returns how many.
+fn put_in_place<O: TypedOp>(
+    model: &mut TypedModel,
+    planned: fn(&TypedModel, &TypedNode) -> TractResult<Option<O>>,
+) -> TractResult<usize> {
+    let mut replaced = 0;
+    for id in 0..model.nodes.len() {
+        if let Some(op) = planned(model, &model.nodes[id])? {
+            model.nodes[id].op = Box::new(op);
+            replaced += 1;
+        }
+    }
+    Ok(replaced)
+}
+
+/// A zeroed f32 tensor of `output`'s NCHW shape, each of its planes
+/// written by `fill` from the same plane of `input` (shape `planned`), the
+/// planes on tract's thread pool; `scratch` makes each thread's scratch.
+fn plane_by_plane<S>(
+    input: &Tensor,
+    planned: [usize; 4],
+    output: [usize; 4],
+    scratch: impl Fn() -> S + Send + Sync,
+    fill: impl Fn(&mut S, &[f32], &mut [f32]) + Send + Sync,
+) -> TractResult<Tensor> {
+    anyhow::ensure!(
+        input.shape() == planned,
+        "planned for an input of {planned:?}"
+    );
+    let mut tensor = Tensor::zero::<f32>(&output)?;
+    let from = input.try_as_plain_ram()?;
+    let from = from.as_slice::<f32>()?;
+    {
+        let mut plain = tensor.try_as_plain_ram_mut()?;
+        let to = plain.as_slice_mut::<f32>()?;
+        let mut run = || {
+            to.par_chunks_mut(output[2] * output[3])
+                .zip(from.par_chunks(planned[2] * planned[3]))
+                .for_each_init(&scratch, |scratch, (out, plane)| fill(scratch, plane, out))
+        };
+        match current_tract_executor() {
+            Executor::MultiThread(pool) => pool.install(run),
+            _ => run(),
+        }
+    }
+    Ok(tensor)
+}
+
+/// `model`'s output on an input of `shape` as tract plans it, and after
+/// `plan` put cutout's operators in; and how many `plan` put in.
+#[cfg(test)]
+fn tract_and_planned(
+    model: TypedModel,
+    shape: [usize; 4],
+    plan: fn(&mut TypedModel) -> TractResult<usize>,
+) -> (Tensor, Tensor, usize) {
+    let values: Vec<f32> = (0..shape.iter().product::<usize>())
+        .map(|i| ((i * 7919) % 251) as f32 / 25.0 - 5.0)
+        .collect();
+    let input = Tensor::from_shape(&shape, &values).unwrap();
+    let run = |model: TypedModel| {
+        let outputs = model
+            .into_runnable()
+            .unwrap()
+            .run(tvec!(input.clone().into()))
+            .unwrap();
+        outputs[0].clone().into_tensor()
+    };
+    let mut planned = model.clone();
+    let replaced = plan(&mut planned).unwrap();
+    (run(model), run(planned), replaced)
 }

@@ -5,22 +5,14 @@
 //! tract's own plan, the same taps and weights summed in the same order, so
 //! its values are tract's to the bit, and runs it on tract's threads.
 
-use rayon::prelude::*;
-use tract_linalg::multithread::{current_tract_executor, Executor};
+use super::{plane_by_plane, put_in_place};
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::nn::resize::Resize;
 
 /// Puts a `PlannedResize` in place of every Resize of an f32 NCHW tensor
 /// over its height and width whose shapes are known; returns how many.
-pub fn plan_resizes(model: &mut TypedModel) -> TractResult<usize> {
-    let mut planned = 0;
-    for id in 0..model.nodes.len() {
-        if let Some(op) = planned_resize(model, &model.nodes[id])? {
-            model.nodes[id].op = Box::new(op);
-            planned += 1;
-        }
-    }
-    Ok(planned)
+pub(super) fn plan_resizes(model: &mut TypedModel) -> TractResult<usize> {
+    put_in_place(model, planned_resize)
 }
 
 fn planned_resize(model: &TypedModel, node: &TypedNode) -> TractResult<Option<PlannedResize>> {
@@ -170,39 +162,6 @@ impl EvalOp for PlannedResize {
     }
 }
 
-/// A zeroed f32 tensor of `output`'s NCHW shape, each of its planes
-/// written by `fill` from the same plane of `input` (shape `planned`), the
-/// planes on tract's thread pool; `scratch` makes each thread's scratch.
-pub(super) fn plane_by_plane<S>(
-    input: &Tensor,
-    planned: [usize; 4],
-    output: [usize; 4],
-    scratch: impl Fn() -> S + Send + Sync,
-    fill: impl Fn(&mut S, &[f32], &mut [f32]) + Send + Sync,
-) -> TractResult<Tensor> {
-    ensure!(
-        input.shape() == planned,
-        "planned for an input of {planned:?}"
-    );
-    let mut tensor = Tensor::zero::<f32>(&output)?;
-    let from = input.try_as_plain_ram()?;
-    let from = from.as_slice::<f32>()?;
-    {
-        let mut plain = tensor.try_as_plain_ram_mut()?;
-        let to = plain.as_slice_mut::<f32>()?;
-        let mut run = || {
-            to.par_chunks_mut(output[2] * output[3])
-                .zip(from.par_chunks(planned[2] * planned[3]))
-                .for_each_init(&scratch, |scratch, (out, plane)| fill(scratch, plane, out))
-        };
-        match current_tract_executor() {
-            Executor::MultiThread(pool) => pool.install(run),
-            _ => run(),
-        }
-    }
-    Ok(tensor)
-}
-
 impl TypedOp for PlannedResize {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         let [batch, channels, ..] = self.input;
@@ -215,34 +174,10 @@ impl TypedOp for PlannedResize {
     as_op!();
 }
 
-/// `model`'s output on an input of `shape` as tract plans it, and after
-/// `plan` put cutout's operators in; and how many `plan` put in.
-#[cfg(test)]
-pub(super) fn tract_and_planned(
-    model: TypedModel,
-    shape: [usize; 4],
-    plan: fn(&mut TypedModel) -> TractResult<usize>,
-) -> (Tensor, Tensor, usize) {
-    let values: Vec<f32> = (0..shape.iter().product::<usize>())
-        .map(|i| ((i * 7919) % 251) as f32 / 25.0 - 5.0)
-        .collect();
-    let input = Tensor::from_shape(&shape, &values).unwrap();
-    let run = |model: TypedModel| {
-        let outputs = model
-            .into_runnable()
-            .unwrap()
-            .run(tvec!(input.clone().into()))
-            .unwrap();
-        outputs[0].clone().into_tensor()
-    };
-    let mut planned = model.clone();
-    let replaced = plan(&mut planned).unwrap();
-    (run(model), run(planned), replaced)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::tract::tract_and_planned;
     use tract_onnx::tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Nearest};
 
     /// tract's own Resize and the planned one on the same input, in a

@@ -4,21 +4,14 @@
 //! output with zeros and copying the input into it through ndarray: on
 //! IS-Net 114 of them took 0.64 s of a 4.7 s run (BENCHMARKS.md, "tract").
 
-use super::tract_resize::plane_by_plane;
+use super::{plane_by_plane, put_in_place};
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::array::{Pad, PadMode};
 
 /// Puts a `PlannedPad` in place of every Pad with zeros of an f32 NCHW
 /// tensor over its height and width whose shape is known; returns how many.
-pub fn plan_pads(model: &mut TypedModel) -> TractResult<usize> {
-    let mut planned = 0;
-    for id in 0..model.nodes.len() {
-        if let Some(op) = planned_pad(model, &model.nodes[id])? {
-            model.nodes[id].op = Box::new(op);
-            planned += 1;
-        }
-    }
-    Ok(planned)
+pub(super) fn plan_pads(model: &mut TypedModel) -> TractResult<usize> {
+    put_in_place(model, planned_pad)
 }
 
 fn planned_pad(model: &TypedModel, node: &TypedNode) -> TractResult<Option<PlannedPad>> {
@@ -111,7 +104,7 @@ impl TypedOp for PlannedPad {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract_resize::tract_and_planned;
+    use crate::engine::tract::tract_and_planned;
 
     /// tract's own Pad and the planned one on the same input.
     fn both(pads: Vec<(usize, usize)>, value: f32, shape: [usize; 4]) -> (Tensor, Tensor, usize) {
