@@ -145,28 +145,47 @@ fn put_in_place<O: TypedOp>(
 }
 
 /// A zeroed f32 tensor of `output`'s NCHW shape, each of its planes
-/// written by `fill` from the same plane of `input` (shape `planned`), the
-/// planes on tract's thread pool; `scratch` makes each thread's scratch.
+/// written by `fill` from the same plane of `inputs` (shapes `planned`)
+/// joined on the channel axis, the planes on tract's thread pool; `scratch`
+/// makes each thread's scratch.
 fn plane_by_plane<S>(
-    input: &Tensor,
-    planned: [usize; 4],
+    inputs: &[TValue],
+    planned: &[[usize; 4]],
     output: [usize; 4],
     scratch: impl Fn() -> S + Send + Sync,
     fill: impl Fn(&mut S, &[f32], &mut [f32]) + Send + Sync,
 ) -> TractResult<Tensor> {
     anyhow::ensure!(
-        input.shape() == planned,
-        "planned for an input of {planned:?}"
+        inputs.len() == planned.len()
+            && inputs
+                .iter()
+                .zip(planned)
+                .all(|(input, shape)| input.shape() == shape),
+        "planned for inputs of {planned:?}"
+    );
+    let plains = inputs
+        .iter()
+        .map(|input| input.try_as_plain_ram())
+        .collect::<TractResult<Vec<_>>>()?;
+    let mut planes: Vec<&[f32]> = Vec::with_capacity(output[0] * output[1]);
+    for batch in 0..output[0] {
+        for (plain, &[_, channels, height, width]) in plains.iter().zip(planned) {
+            anyhow::ensure!(height * width > 0, "an empty plane in {planned:?}");
+            let one = channels * height * width;
+            planes.extend(plain.as_slice::<f32>()?[batch * one..][..one].chunks(height * width));
+        }
+    }
+    anyhow::ensure!(
+        planes.len() == output[0] * output[1] && output[2] * output[3] > 0,
+        "{planned:?} do not join into {output:?}"
     );
     let mut tensor = Tensor::zero::<f32>(&output)?;
-    let from = input.try_as_plain_ram()?;
-    let from = from.as_slice::<f32>()?;
     {
         let mut plain = tensor.try_as_plain_ram_mut()?;
         let to = plain.as_slice_mut::<f32>()?;
         let mut run = || {
             to.par_chunks_mut(output[2] * output[3])
-                .zip(from.par_chunks(planned[2] * planned[3]))
+                .zip(planes.par_iter())
                 .for_each_init(&scratch, |scratch, (out, plane)| fill(scratch, plane, out))
         };
         match current_tract_executor() {

@@ -3,15 +3,68 @@
 //! matrix product a Pad of its own, and runs it on one core, filling the
 //! output with zeros and copying the input into it through ndarray: on
 //! IS-Net 114 of them took 0.64 s of a 4.7 s run (BENCHMARKS.md, "tract").
+//! Where the padded tensor is a Concat of channels made for that pad
+//! alone, the planned pad copies the Concat's inputs in place itself, so
+//! the joined tensor is never made (a decoder stage's input in U2Net).
 
 use super::{plane_by_plane, put_in_place};
 use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::array::{Pad, PadMode};
+use tract_onnx::tract_core::ops::array::{Pad, PadMode, TypedConcat};
 
 /// Puts a `PlannedPad` in place of every Pad with zeros of an f32 NCHW
-/// tensor over its height and width whose shape is known; returns how many.
+/// tensor over its height and width whose shape is known, and joins into it
+/// the Concat it alone reads; returns how many pads.
 pub(super) fn plan_pads(model: &mut TypedModel) -> TractResult<usize> {
-    put_in_place(model, planned_pad)
+    let planned = put_in_place(model, planned_pad)?;
+    join_concats(model)?;
+    Ok(planned)
+}
+
+/// Gives each `PlannedPad` that alone reads a Concat on the channel axis
+/// the Concat's inputs instead; returns how many.
+fn join_concats(model: &mut TypedModel) -> TractResult<usize> {
+    let mut joined = 0;
+    for id in 0..model.nodes.len() {
+        let node = &model.nodes[id];
+        let Some(pad) = node.op_as::<PlannedPad>() else {
+            continue;
+        };
+        let concatenated = node.inputs[0];
+        let concat = model.node(concatenated.node);
+        if concat.op_as::<TypedConcat>().is_none_or(|op| op.axis != 1)
+            || model.outlet_successors(concatenated).len() != 1
+            || model.output_outlets()?.contains(&concatenated)
+        {
+            continue;
+        }
+        let Some(inputs) = concat
+            .inputs
+            .iter()
+            .map(|&input| {
+                let shape = model.outlet_fact(input).ok()?.shape.as_concrete()?;
+                <[usize; 4]>::try_from(shape).ok()
+            })
+            .collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        let joining = PlannedPad {
+            inputs,
+            rows: pad.rows,
+            columns: pad.columns,
+        };
+        let mut patch = TypedModelPatch::default();
+        let taps = concat
+            .inputs
+            .iter()
+            .map(|&input| patch.tap_model(model, input))
+            .collect::<TractResult<TVec<_>>>()?;
+        let padded = patch.wire_node(format!("{}.joined", node.name), joining, &taps)?;
+        patch.shunt_outside(model, id.into(), padded[0])?;
+        patch.apply(model)?;
+        joined += 1;
+    }
+    Ok(joined)
 }
 
 fn planned_pad(model: &TypedModel, node: &TypedNode) -> TractResult<Option<PlannedPad>> {
@@ -33,27 +86,27 @@ fn planned_pad(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Plann
         return Ok(None);
     }
     Ok(Some(PlannedPad {
-        input: [shape[0], shape[1], shape[2], shape[3]],
+        inputs: vec![[shape[0], shape[1], shape[2], shape[3]]],
         rows: pad.pads[2],
         columns: pad.pads[3],
     }))
 }
 
-/// Zeros around each plane of an NCHW f32 tensor: `rows` above and below,
-/// `columns` left and right.
+/// Zeros around each plane of NCHW f32 tensors joined on the channel axis
+/// (most often one): `rows` above and below, `columns` left and right.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedPad {
-    input: [usize; 4],
+    inputs: Vec<[usize; 4]>,
     rows: (usize, usize),
     columns: (usize, usize),
 }
 
 impl PlannedPad {
     fn output(&self) -> [usize; 4] {
-        let [batch, channels, height, width] = self.input;
+        let [batch, _, height, width] = self.inputs[0];
         [
             batch,
-            channels,
+            self.inputs.iter().map(|input| input[1]).sum(),
             height + self.rows.0 + self.rows.1,
             width + self.columns.0 + self.columns.1,
         ]
@@ -72,12 +125,12 @@ impl EvalOp for PlannedPad {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let [_, _, _, width] = self.input;
+        let [_, _, _, width] = self.inputs[0];
         let output = self.output();
         let out_width = output[3];
         let output = plane_by_plane(
-            &inputs[0],
-            self.input,
+            &inputs,
+            &self.inputs,
             output,
             || (),
             |_, plane, out| {
@@ -131,6 +184,72 @@ mod tests {
             assert_eq!(replaced, 1, "{label}");
             assert_eq!(tract, planned, "{label}");
         }
+    }
+
+    /// tract's Concat of `joined` on `axis` then Pad, and the planned pad;
+    /// the source is the concat's `source`th input, consts of 3 channels
+    /// the others. `consumers` nodes read the concat.
+    fn concat_then_pad(
+        shape: [usize; 4],
+        axis: usize,
+        joined: usize,
+        source: usize,
+        consumers: usize,
+    ) -> (Tensor, Tensor, usize) {
+        let mut model = TypedModel::default();
+        let x = model.add_source("x", f32::fact(shape)).unwrap();
+        let mut inputs = vec![];
+        for ix in 0..joined {
+            if ix == source {
+                inputs.push(x);
+                continue;
+            }
+            let mut other = shape;
+            other[axis] = 3;
+            let values: Vec<f32> = (0..other.iter().product::<usize>())
+                .map(|i| (ix * 1000 + i) as f32)
+                .collect();
+            let konst = Tensor::from_shape(&other, &values).unwrap();
+            inputs.push(model.add_const(format!("c{ix}"), konst).unwrap());
+        }
+        let concat = model
+            .wire_node("concat", TypedConcat { axis }, &inputs)
+            .unwrap();
+        let mut outputs = vec![];
+        for ix in 0..consumers {
+            let pad = Pad {
+                pads: vec![(0, 0), (0, 0), (1, 2), (2, 1)],
+                mode: PadMode::Constant(rctensor0(0f32)),
+            };
+            outputs.extend(model.wire_node(format!("pad{ix}"), pad, &concat).unwrap());
+        }
+        model.select_output_outlets(&outputs).unwrap();
+        tract_and_planned(model, shape, |model| {
+            put_in_place(model, planned_pad)?;
+            join_concats(model)
+        })
+    }
+
+    #[test]
+    fn a_concat_of_channels_read_by_its_pad_alone_is_joined_into_it() {
+        for (shape, joined, source) in [
+            ([1, 2, 3, 4], 2, 0),
+            ([1, 2, 3, 4], 3, 1),
+            ([2, 1, 2, 3], 3, 2),
+        ] {
+            let label = format!("{shape:?} {joined} {source}");
+            let (tract, planned, joins) = concat_then_pad(shape, 1, joined, source, 1);
+            assert_eq!(joins, 1, "{label}");
+            assert_eq!(tract, planned, "{label}");
+        }
+    }
+
+    #[test]
+    fn a_concat_read_twice_or_on_another_axis_is_left_to_tract() {
+        let (tract, planned, joins) = concat_then_pad([1, 2, 3, 4], 1, 2, 0, 2);
+        assert_eq!((joins, &tract), (0, &planned));
+        let (tract, planned, joins) = concat_then_pad([1, 2, 3, 4], 2, 2, 0, 1);
+        assert_eq!((joins, &tract), (0, &planned));
     }
 
     #[test]

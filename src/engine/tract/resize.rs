@@ -152,8 +152,8 @@ impl EvalOp for PlannedResize {
         let [batch, channels, _, width] = self.input;
         let [height, out_width] = self.output;
         let output = plane_by_plane(
-            &inputs[0],
-            self.input,
+            &inputs[..1],
+            &[self.input],
             [batch, channels, height, out_width],
             || vec![0f32; width],
             |row, plane, out| self.resample_plane(plane, out, row),
