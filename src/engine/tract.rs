@@ -42,6 +42,7 @@ pub struct TractEngine {
 impl TractEngine {
     /// `model` is the file's bytes; `path` names it in errors.
     pub fn load(spec: &ModelSpec, model: &[u8], path: &Path) -> Result<TractEngine> {
+        prefer_avx2_on_zen4();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         tract_linalg::multithread::set_default_executor(
             tract_linalg::multithread::Executor::multithread(threads),
@@ -126,6 +127,38 @@ impl Engine for TractEngine {
         );
         Ok(out.iter().copied().collect())
     }
+}
+
+/// Zen 4 runs a 512-bit multiply-add as two 256-bit halves, so AVX-512
+/// gives it no more arithmetic per cycle, and tract's AVX2 kernels ran
+/// IS-Net 13% faster there than the AVX-512 ones tract picks for it
+/// (BENCHMARKS.md, "tract, 2026-11-24"). tract reads its instruction set
+/// once, at its first plan: this must come before. An operator's own
+/// `TRACT_CPU_ISA` wins.
+fn prefer_avx2_on_zen4() {
+    use tract_linalg::knobs::TRACT_CPU_ISA;
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    if is_zen4(&cpuinfo) && std::env::var_os(TRACT_CPU_ISA.name).is_none() {
+        log::info!(
+            "tract: AVX2 kernels on this Zen 4 CPU ({}=-avx512f)",
+            TRACT_CPU_ISA.name
+        );
+        TRACT_CPU_ISA.set(Some("-avx512f".into()));
+    }
+}
+
+/// AMD's family 25 with AVX-512, by the first CPU of `/proc/cpuinfo`.
+fn is_zen4(cpuinfo: &str) -> bool {
+    let first = cpuinfo.split("\n\n").next().unwrap_or_default();
+    let field = |name: &str| {
+        first.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key.trim() == name).then(|| value.trim())
+        })
+    };
+    field("vendor_id") == Some("AuthenticAMD")
+        && field("cpu family") == Some("25")
+        && field("flags").is_some_and(|flags| flags.split(' ').any(|flag| flag == "avx512f"))
 }
 
 /// Puts the operator `planned` makes for a node in that node's place, for
@@ -219,4 +252,43 @@ fn tract_and_planned(
     let mut planned = model.clone();
     let replaced = plan(&mut planned).unwrap();
     (run(model), run(planned), replaced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_zen4;
+
+    fn cpuinfo(vendor: &str, family: u32, flags: &str) -> String {
+        let cpu = format!(
+            "processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: 17\nflags\t\t: {flags}\n"
+        );
+        format!("{cpu}\n{}", cpu.replace("processor\t: 0", "processor\t: 1"))
+    }
+
+    #[test]
+    fn only_amds_family_25_with_avx512_is_zen4() {
+        assert!(is_zen4(&cpuinfo(
+            "AuthenticAMD",
+            25,
+            "fpu avx2 fma avx512f avx512bw"
+        )));
+        // Zen 3: the same family without AVX-512; Zen 5: full-width AVX-512.
+        assert!(!is_zen4(&cpuinfo("AuthenticAMD", 25, "fpu avx2 fma")));
+        assert!(!is_zen4(&cpuinfo(
+            "AuthenticAMD",
+            26,
+            "fpu avx2 fma avx512f"
+        )));
+        assert!(!is_zen4(&cpuinfo(
+            "GenuineIntel",
+            6,
+            "fpu avx2 fma avx512f"
+        )));
+        assert!(!is_zen4(&cpuinfo(
+            "AuthenticAMD",
+            25,
+            "fpu avx2 fma avx512fp16"
+        )));
+        assert!(!is_zen4(""));
+    }
 }
