@@ -62,10 +62,6 @@ pub struct ModelSpec {
     pub levels: Option<[f32; 2]>,
     /// Stored in fp16: both engines run it in f32.
     pub fp16: bool,
-    /// tract runs every convolution as im2col and a matrix product, never
-    /// as its direct spatial convolution (measured faster on this model).
-    #[serde(default)]
-    pub tract_im2col: bool,
     /// Quantised to int8 (`make quantize`) for ONNX Runtime. tract runs it
     /// no faster than the f32 model and rounds its integers differently,
     /// so only the onnxruntime engine loads it.

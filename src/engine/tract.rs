@@ -35,7 +35,6 @@ const MAX_CACHED_PLANS: usize = 6;
 pub struct TractEngine {
     model: InferenceModel,
     fp16: bool,
-    im2col: bool,
     plans: Mutex<HashMap<(u32, u32), Plan>>,
 }
 
@@ -60,7 +59,6 @@ impl TractEngine {
         let engine = TractEngine {
             model,
             fp16: spec.fp16,
-            im2col: spec.tract_im2col,
             plans: Mutex::default(),
         };
         // Fixed-size models get their one plan now, so the first request is not slow.
@@ -91,12 +89,11 @@ impl TractEngine {
             ))?;
         }
         resize::plan_resizes(&mut typed)?;
-        let mut optimised = if self.im2col {
-            KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
-                .enter(|| typed.into_optimized())?
-        } else {
-            typed.into_optimized()?
-        };
+        // Every convolution as im2col and a matrix product: tract's direct
+        // spatial convolution was slower on each model, IS-Net's run by a
+        // quarter (BENCHMARKS.md, "tract").
+        let mut optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
+            .enter(|| typed.into_optimized())?;
         pad::plan_pads(&mut optimised)?;
         let plan = optimised.into_runnable()?;
         let mut plans = self.plans.lock().unwrap();
