@@ -1,7 +1,8 @@
 //! The pure-Rust engine: tract-onnx. The model is parsed once; an optimised
 //! plan is built once per input shape and shared by every worker. Two of
 //! tract's operators are replaced in the plan by cutout's (`resize`,
-//! `pad`), which give tract's values and run a plane per core.
+//! `pad`, which also takes in the Concat before it), which give tract's
+//! values and run a plane per core.
 
 mod pad;
 mod resize;
@@ -132,16 +133,20 @@ impl Engine for TractEngine {
 /// (BENCHMARKS.md, "tract, 2026-11-24"). tract reads its instruction set
 /// once, at its first plan: this must come before. An operator's own
 /// `TRACT_CPU_ISA` wins.
+/// Once a process: every model's load calls it.
 fn prefer_avx2_on_zen4() {
     use tract_linalg::knobs::TRACT_CPU_ISA;
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    if is_zen4(&cpuinfo) && std::env::var_os(TRACT_CPU_ISA.name).is_none() {
-        log::info!(
-            "tract: AVX2 kernels on this Zen 4 CPU ({}=-avx512f)",
-            TRACT_CPU_ISA.name
-        );
-        TRACT_CPU_ISA.set(Some("-avx512f".into()));
-    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        if is_zen4(&cpuinfo) && std::env::var_os(TRACT_CPU_ISA.name).is_none() {
+            log::info!(
+                "tract: AVX2 kernels on this Zen 4 CPU ({}=-avx512f)",
+                TRACT_CPU_ISA.name
+            );
+            TRACT_CPU_ISA.set(Some("-avx512f".into()));
+        }
+    });
 }
 
 /// AMD's family 25 with AVX-512, by the first CPU of `/proc/cpuinfo`.
@@ -190,19 +195,22 @@ fn plane_by_plane<S>(
             && inputs
                 .iter()
                 .zip(planned)
-                .all(|(input, shape)| input.shape() == shape),
+                .all(|(input, shape)| input.shape() == shape && shape[2] * shape[3] > 0),
         "planned for inputs of {planned:?}"
     );
     let plains = inputs
         .iter()
         .map(|input| input.try_as_plain_ram())
         .collect::<TractResult<Vec<_>>>()?;
+    let values = plains
+        .iter()
+        .map(|plain| plain.as_slice::<f32>())
+        .collect::<TractResult<Vec<_>>>()?;
     let mut planes: Vec<&[f32]> = Vec::with_capacity(output[0] * output[1]);
     for batch in 0..output[0] {
-        for (plain, &[_, channels, height, width]) in plains.iter().zip(planned) {
-            anyhow::ensure!(height * width > 0, "an empty plane in {planned:?}");
+        for (values, &[_, channels, height, width]) in values.iter().zip(planned) {
             let one = channels * height * width;
-            planes.extend(plain.as_slice::<f32>()?[batch * one..][..one].chunks(height * width));
+            planes.extend(values[batch * one..][..one].chunks(height * width));
         }
     }
     anyhow::ensure!(
