@@ -2,7 +2,8 @@
 //! modules below it know nothing of HTTP (see each file's header).
 #![deny(unsafe_code)]
 
-// The one module with `unsafe`: an allocator cannot be written without it.
+// `unsafe` is here, as an allocator cannot be written without it, and in
+// `engine::tract::im2col`, which fills buffers tract hands it by pointer.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod allocator;

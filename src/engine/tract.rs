@@ -1,9 +1,13 @@
 //! The pure-Rust engine: tract-onnx. The model is parsed once; an optimised
-//! plan is built once per input shape and shared by every worker. Two of
-//! tract's operators are replaced in the plan by cutout's (`resize`,
-//! `pad`, which also takes in the Concat before it), which give tract's
-//! values and run a plane per core.
+//! plan is built once per input shape and shared by every worker. Three of
+//! tract's operators are replaced in the plan by cutout's, which give
+//! tract's values to the bit: `resize` and `pad` (which also takes in the
+//! Concat before it) run a plane per core, and `im2col` packs a
+//! convolution's input for its matrix product a row at a time.
 
+// tract hands an im2col input its panel buffer as a raw pointer.
+#[allow(unsafe_code)]
+mod im2col;
 mod pad;
 mod resize;
 
@@ -90,12 +94,14 @@ impl TractEngine {
             ))?;
         }
         resize::plan_resizes(&mut typed)?;
+        let windows = im2col::conv_windows(&typed);
         // Every convolution as im2col and a matrix product: tract's direct
         // spatial convolution was slower on each model, IS-Net's run by a
         // quarter (BENCHMARKS.md, "tract").
         let mut optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
             .enter(|| typed.into_optimized())?;
         pad::plan_pads(&mut optimised)?;
+        im2col::plan_im2cols(&mut optimised, &windows)?;
         let plan = optimised.into_runnable()?;
         let mut plans = self.plans.lock().unwrap();
         if plans.len() >= MAX_CACHED_PLANS {
@@ -167,7 +173,7 @@ fn is_zen4(cpuinfo: &str) -> bool {
 /// every node it makes one for; returns how many.
 fn put_in_place<O: TypedOp>(
     model: &mut TypedModel,
-    planned: fn(&TypedModel, &TypedNode) -> TractResult<Option<O>>,
+    planned: impl Fn(&TypedModel, &TypedNode) -> TractResult<Option<O>>,
 ) -> TractResult<usize> {
     let mut replaced = 0;
     for id in 0..model.nodes.len() {
@@ -240,7 +246,7 @@ fn plane_by_plane<S>(
 fn tract_and_planned(
     model: TypedModel,
     shape: [usize; 4],
-    plan: fn(&mut TypedModel) -> TractResult<usize>,
+    plan: impl FnOnce(&mut TypedModel) -> TractResult<usize>,
 ) -> (Tensor, Tensor, usize) {
     let values: Vec<f32> = (0..shape.iter().product::<usize>())
         .map(|i| ((i * 7919) % 251) as f32 / 25.0 - 5.0)
