@@ -265,6 +265,23 @@ fn tract_and_planned(
     (run(model), run(planned), replaced)
 }
 
+/// Asserts that `planned` is `tract`'s output to the bit.
+#[cfg(test)]
+fn assert_same_bits(tract: &Tensor, planned: &Tensor, label: &str) {
+    assert_eq!(tract.shape(), planned.shape(), "{label}");
+    let tract = tract.try_as_plain_ram().unwrap();
+    let planned = planned.try_as_plain_ram().unwrap();
+    let (tract, planned) = (
+        tract.as_slice::<f32>().unwrap(),
+        planned.as_slice::<f32>().unwrap(),
+    );
+    let same = tract
+        .iter()
+        .zip(planned)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "{label}: {tract:?} != {planned:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_zen4;

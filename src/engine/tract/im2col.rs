@@ -1,12 +1,12 @@
-//! tract's lazy im2col, packing a panel a row of the input at a time. A
+//! tract's lazy im2col, packed a run of neighbouring values at a time. A
 //! convolution run as a matrix product reads its input through im2col
 //! panels packed on the fly: for each of `k` (channel, kernel row, kernel
 //! column) the `r` values of the panel's output columns. tract gathers
 //! them one value at a time even where, as in most panels of a stride-1
 //! convolution, they lie side by side in the input row; `PlannedIm2col`
 //! copies such a run whole. Same values in the same places, so the matrix
-//! product's sums are tract's to the bit; on U2NetP tract's packing took a
-//! fifth of a run (BENCHMARKS.md, "tract's im2col").
+//! product's sums are tract's to the bit; tract's packing was 17% of a
+//! U2NetP run's cycles (BENCHMARKS.md, "tract's im2col").
 
 use super::put_in_place;
 use std::collections::HashMap;
@@ -408,7 +408,7 @@ impl MMMInputValue for PackedInput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::tract_and_planned;
+    use crate::engine::tract::{assert_same_bits, tract_and_planned};
     use tract_onnx::tract_core::knobs::KnobScope;
     use tract_onnx::tract_core::ops::cnn::{KernelFormat, PaddingSpec, PoolSpec};
 
@@ -478,18 +478,7 @@ mod tests {
             let (tract, planned, replaced) =
                 both(input, outputs, kernel, padding, strides, dilations, 1);
             assert_eq!(replaced, 1, "{label}");
-            assert_eq!(tract.shape(), planned.shape(), "{label}");
-            let tract = tract.try_as_plain_ram().unwrap();
-            let planned = planned.try_as_plain_ram().unwrap();
-            let (tract, planned) = (
-                tract.as_slice::<f32>().unwrap(),
-                planned.as_slice::<f32>().unwrap(),
-            );
-            let same = tract
-                .iter()
-                .zip(planned)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{label}: {tract:?} != {planned:?}");
+            assert_same_bits(&tract, &planned, &label);
         }
     }
 

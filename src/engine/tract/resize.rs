@@ -177,7 +177,7 @@ impl TypedOp for PlannedResize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::tract_and_planned;
+    use crate::engine::tract::{assert_same_bits, tract_and_planned};
     use tract_onnx::tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Nearest};
 
     /// tract's own Resize and the planned one on the same input, in a
@@ -240,18 +240,7 @@ mod tests {
             let label = format!("{interpolator:?} {coords:?} {from:?} -> {to:?}");
             let (tract, planned, replaced) = both(interpolator, coords, from, to);
             assert_eq!(replaced, 1, "{label}");
-            assert_eq!(tract.shape(), planned.shape(), "{label}");
-            let tract = tract.try_as_plain_ram().unwrap();
-            let planned = planned.try_as_plain_ram().unwrap();
-            let (tract, planned) = (
-                tract.as_slice::<f32>().unwrap(),
-                planned.as_slice::<f32>().unwrap(),
-            );
-            let same = tract
-                .iter()
-                .zip(planned)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{label}: {tract:?} != {planned:?}");
+            assert_same_bits(&tract, &planned, &label);
         }
     }
 
