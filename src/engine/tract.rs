@@ -3,7 +3,8 @@
 //! tract's operators are replaced in the plan by cutout's, which give
 //! tract's values to the bit: `resize` and `pad` (which also takes in the
 //! Concat before it) run a plane per core, and `im2col` packs a
-//! convolution's input for its matrix product a row at a time.
+//! convolution's input for its matrix product a run of neighbouring values
+//! at a time.
 
 // tract hands an im2col input its panel buffer as a raw pointer.
 #[allow(unsafe_code)]

@@ -100,14 +100,16 @@ fn planned_im2col(
     let Ok([1, channels, height, width]) = <[usize; 4]>::try_from(shape) else {
         return Ok(None);
     };
-    let Some(im2col) = Im2col::new(*window, [channels, height, width], packer.clone()) else {
-        return Ok(None);
-    };
     if input.datum_type != f32::datum_type()
         || packer.dt != f32::datum_type()
         || output.shape.as_concrete() != Some(&[1, 1])
-        || (im2col.rows.len(), im2col.columns.len()) != (k, mn)
     {
+        return Ok(None);
+    }
+    let Some(im2col) = Im2col::new(*window, [channels, height, width], packer.clone()) else {
+        return Ok(None);
+    };
+    if (im2col.rows.len(), im2col.columns.len()) != (k, mn) {
         return Ok(None);
     }
     Ok(Some(PlannedIm2col {
@@ -123,6 +125,8 @@ struct Im2col {
     packer: PackedFormat,
     rows: Vec<usize>,
     columns: Vec<usize>,
+    /// The output's fact as tract declares it for its own im2col, held
+    /// here because a packed input lends it out by reference.
     fact: DynPackedExoticFact,
 }
 
