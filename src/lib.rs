@@ -3,7 +3,8 @@
 #![deny(unsafe_code)]
 
 // `unsafe` is here, as an allocator cannot be written without it, and in
-// `engine::tract::im2col`, which fills buffers tract hands it by pointer.
+// `engine::tract::im2col`, which fills buffers tract hands it by pointer,
+// and `engine::tract::planes`, which writes tensors tract makes unzeroed.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod allocator;

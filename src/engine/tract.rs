@@ -10,16 +10,17 @@
 #[allow(unsafe_code)]
 mod im2col;
 mod pad;
+// The planned operators' output is written without being zeroed first.
+#[allow(unsafe_code)]
+mod planes;
 mod resize;
 
 use super::manifest::ModelSpec;
 use super::Engine;
 use anyhow::{Context, Result};
-use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use tract_linalg::multithread::{current_tract_executor, Executor};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::floats::FloatPrecisionTranslator;
 use tract_onnx::tract_core::knobs::KnobScope;
@@ -184,61 +185,6 @@ fn put_in_place<O: TypedOp>(
         }
     }
     Ok(replaced)
-}
-
-/// A zeroed f32 tensor of `output`'s NCHW shape, each of its planes
-/// written by `fill` from the same plane of `inputs` (shapes `planned`)
-/// joined on the channel axis, the planes on tract's thread pool; `scratch`
-/// makes each thread's scratch.
-fn plane_by_plane<S>(
-    inputs: &[TValue],
-    planned: &[[usize; 4]],
-    output: [usize; 4],
-    scratch: impl Fn() -> S + Send + Sync,
-    fill: impl Fn(&mut S, &[f32], &mut [f32]) + Send + Sync,
-) -> TractResult<Tensor> {
-    anyhow::ensure!(
-        inputs.len() == planned.len()
-            && inputs
-                .iter()
-                .zip(planned)
-                .all(|(input, shape)| input.shape() == shape && shape[2] * shape[3] > 0),
-        "planned for inputs of {planned:?}"
-    );
-    let plains = inputs
-        .iter()
-        .map(|input| input.try_as_plain_ram())
-        .collect::<TractResult<Vec<_>>>()?;
-    let values = plains
-        .iter()
-        .map(|plain| plain.as_slice::<f32>())
-        .collect::<TractResult<Vec<_>>>()?;
-    let mut planes: Vec<&[f32]> = Vec::with_capacity(output[0] * output[1]);
-    for batch in 0..output[0] {
-        for (values, &[_, channels, height, width]) in values.iter().zip(planned) {
-            let one = channels * height * width;
-            planes.extend(values[batch * one..][..one].chunks(height * width));
-        }
-    }
-    anyhow::ensure!(
-        planes.len() == output[0] * output[1] && output[2] * output[3] > 0,
-        "{planned:?} do not join into {output:?}"
-    );
-    let mut tensor = Tensor::zero::<f32>(&output)?;
-    {
-        let mut plain = tensor.try_as_plain_ram_mut()?;
-        let to = plain.as_slice_mut::<f32>()?;
-        let mut run = || {
-            to.par_chunks_mut(output[2] * output[3])
-                .zip(planes.par_iter())
-                .for_each_init(&scratch, |scratch, (out, plane)| fill(scratch, plane, out))
-        };
-        match current_tract_executor() {
-            Executor::MultiThread(pool) => pool.install(run),
-            _ => run(),
-        }
-    }
-    Ok(tensor)
 }
 
 /// `model`'s output on an input of `shape` as tract plans it, and after

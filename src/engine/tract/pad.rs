@@ -7,7 +7,9 @@
 //! alone, the planned pad copies the Concat's inputs in place itself, so
 //! the joined tensor is never made (a decoder stage's input in U2Net).
 
-use super::{plane_by_plane, put_in_place};
+use super::planes::plane_by_plane;
+use super::put_in_place;
+use std::mem::MaybeUninit;
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::array::{Pad, PadMode, TypedConcat};
 
@@ -125,20 +127,31 @@ impl EvalOp for PlannedPad {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let [_, _, _, width] = self.inputs[0];
+        let [_, _, height, width] = self.inputs[0];
         let output = self.output();
         let out_width = output[3];
+        let zero = MaybeUninit::new(0.0);
         let output = plane_by_plane(
             &inputs,
             &self.inputs,
             output,
             || (),
             |_, plane, out| {
-                let inside = out[self.rows.0 * out_width..]
+                let (above, rest) = out.split_at_mut(self.rows.0 * out_width);
+                let (inside, below) = rest.split_at_mut(height * out_width);
+                above.fill(zero);
+                below.fill(zero);
+                for (out_row, row) in inside
                     .chunks_exact_mut(out_width)
-                    .zip(plane.chunks_exact(width));
-                for (out_row, row) in inside {
-                    out_row[self.columns.0..][..width].copy_from_slice(row);
+                    .zip(plane.chunks_exact(width))
+                {
+                    let (left, rest) = out_row.split_at_mut(self.columns.0);
+                    let (middle, right) = rest.split_at_mut(width);
+                    left.fill(zero);
+                    right.fill(zero);
+                    for (out, &value) in middle.iter_mut().zip(row) {
+                        out.write(value);
+                    }
                 }
             },
         )?;

@@ -5,7 +5,9 @@
 //! tract's own plan, the same taps and weights summed in the same order, so
 //! its values are tract's to the bit, and runs it on tract's threads.
 
-use super::{plane_by_plane, put_in_place};
+use super::planes::plane_by_plane;
+use super::put_in_place;
+use std::mem::MaybeUninit;
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::nn::resize::Resize;
 
@@ -104,7 +106,7 @@ pub struct PlannedResize {
 impl PlannedResize {
     /// One channel: each output row is first summed from the input rows it
     /// reads (whole rows, which vectorise), then resampled along its width.
-    fn resample_plane(&self, plane: &[f32], out: &mut [f32], row: &mut [f32]) {
+    fn resample_plane(&self, plane: &[f32], out: &mut [MaybeUninit<f32>], row: &mut [f32]) {
         let width = self.input[3];
         for (y, out_row) in out.chunks_exact_mut(self.output[1]).enumerate() {
             let row: &[f32] = match &self.rows {
@@ -123,12 +125,17 @@ impl PlannedResize {
             match &self.columns {
                 Some(taps) => {
                     for (x, out) in out_row.iter_mut().enumerate() {
-                        *out = taps
-                            .of(x)
-                            .fold(0.0, |sum, (source, weight)| sum + weight * row[source]);
+                        out.write(
+                            taps.of(x)
+                                .fold(0.0, |sum, (source, weight)| sum + weight * row[source]),
+                        );
                     }
                 }
-                None => out_row.copy_from_slice(row),
+                None => {
+                    for (out, &value) in out_row.iter_mut().zip(row) {
+                        out.write(value);
+                    }
+                }
             }
         }
     }
