@@ -4,7 +4,8 @@
 //! tract's values to the bit: `resize` and `pad` (which also takes in the
 //! Concat before it) run a plane per core, and `im2col` packs a
 //! convolution's input for its matrix product a run of neighbouring values
-//! at a time.
+//! at a time. Before tract optimises, `split` cuts a convolution over very
+//! many channels into parts whose sum differs from tract's in the last bits.
 
 // tract hands an im2col input its panel buffer as a raw pointer.
 #[allow(unsafe_code)]
@@ -14,6 +15,7 @@ mod pad;
 #[allow(unsafe_code)]
 mod planes;
 mod resize;
+mod split;
 
 use super::manifest::ModelSpec;
 use super::Engine;
@@ -96,6 +98,7 @@ impl TractEngine {
             ))?;
         }
         resize::plan_resizes(&mut typed)?;
+        split::split_deep_convs(&mut typed)?;
         let windows = im2col::conv_windows(&typed);
         // Every convolution as im2col and a matrix product: tract's direct
         // spatial convolution was slower on each model, IS-Net's run by a
