@@ -215,6 +215,50 @@ fn tract_and_planned(
     (run(model), run(planned), replaced)
 }
 
+/// A model of one convolution of `outputs` channels over `input`, with
+/// `padding` on every side, its weights and bias made up.
+#[cfg(test)]
+fn conv_model(
+    input: [usize; 4],
+    outputs: usize,
+    kernel: [usize; 2],
+    padding: usize,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    group: usize,
+) -> TypedModel {
+    use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec, PoolSpec};
+    use tract_onnx::tract_core::ops::nn::DataFormat;
+    let inputs = input[1];
+    let weights: Vec<f32> = (0..outputs * inputs / group * kernel[0] * kernel[1])
+        .map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let weights =
+        Tensor::from_shape(&[outputs, inputs / group, kernel[0], kernel[1]], &weights).unwrap();
+    let bias: Vec<f32> = (0..outputs).map(|o| 2.5 + o as f32).collect();
+    let mut model = TypedModel::default();
+    let x = model.add_source("x", f32::fact(input)).unwrap();
+    let weights = model.add_const("weights", weights).unwrap();
+    let bias = model.add_const("bias", tensor1(&bias)).unwrap();
+    let conv = Conv {
+        pool_spec: PoolSpec {
+            data_format: DataFormat::NCHW,
+            kernel_shape: kernel[..].into(),
+            padding: PaddingSpec::Explicit(tvec![padding; 2], tvec![padding; 2]),
+            dilations: Some(dilations[..].into()),
+            strides: Some(strides[..].into()),
+            input_channels: inputs,
+            output_channels: outputs,
+        },
+        kernel_fmt: KernelFormat::OIHW,
+        group,
+        q_params: None,
+    };
+    let out = model.wire_node("conv", conv, &[x, weights, bias]).unwrap();
+    model.select_output_outlets(&out).unwrap();
+    model
+}
+
 /// Asserts that `planned` is `tract`'s output to the bit.
 #[cfg(test)]
 fn assert_same_bits(tract: &Tensor, planned: &Tensor, label: &str) {

@@ -412,9 +412,8 @@ impl MMMInputValue for PackedInput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::{assert_same_bits, tract_and_planned};
+    use crate::engine::tract::{assert_same_bits, conv_model, tract_and_planned};
     use tract_onnx::tract_core::knobs::KnobScope;
-    use tract_onnx::tract_core::ops::cnn::{KernelFormat, PaddingSpec, PoolSpec};
 
     /// A convolution of `outputs` channels over `input`, as tract's
     /// optimiser plans it and with the planned im2col, on the same input.
@@ -427,34 +426,7 @@ mod tests {
         dilations: [usize; 2],
         group: usize,
     ) -> (Tensor, Tensor, usize) {
-        let inputs = input[1];
-        let spec = PoolSpec {
-            data_format: DataFormat::NCHW,
-            kernel_shape: kernel[..].into(),
-            padding: PaddingSpec::Explicit(tvec![padding; 2], tvec![padding; 2]),
-            dilations: Some(dilations[..].into()),
-            strides: Some(strides[..].into()),
-            input_channels: inputs,
-            output_channels: outputs,
-        };
-        let weights: Vec<f32> = (0..outputs * inputs / group * kernel[0] * kernel[1])
-            .map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0)
-            .collect();
-        let weights =
-            Tensor::from_shape(&[outputs, inputs / group, kernel[0], kernel[1]], &weights).unwrap();
-        let bias = Tensor::from_shape(&[outputs], &vec![0.25f32; outputs]).unwrap();
-        let mut model = TypedModel::default();
-        let x = model.add_source("x", f32::fact(input)).unwrap();
-        let weights = model.add_const("weights", weights).unwrap();
-        let bias = model.add_const("bias", bias).unwrap();
-        let conv = Conv {
-            pool_spec: spec,
-            kernel_fmt: KernelFormat::OIHW,
-            group,
-            q_params: None,
-        };
-        let out = model.wire_node("conv", conv, &[x, weights, bias]).unwrap();
-        model.select_output_outlets(&out).unwrap();
+        let model = conv_model(input, outputs, kernel, padding, strides, dilations, group);
         let windows = conv_windows(&model);
         // As the engine plans: every convolution as im2col and a product.
         let optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])

@@ -85,8 +85,7 @@ fn split_conv(model: &TypedModel, node: &TypedNode) -> TractResult<Option<TypedM
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::tract_and_planned;
-    use tract_onnx::tract_core::ops::cnn::{PaddingSpec, PoolSpec};
+    use crate::engine::tract::{conv_model, tract_and_planned};
 
     /// A convolution of 5 channels out over `input` with a `kernel`,
     /// padding 1 and `stride`, as tract runs it and split; and how many
@@ -97,33 +96,7 @@ mod tests {
         stride: usize,
         group: usize,
     ) -> (Tensor, Tensor, usize) {
-        let (inputs, outputs) = (input[1], 5);
-        let weights: Vec<f32> = (0..outputs * inputs / group * kernel * kernel)
-            .map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0)
-            .collect();
-        let weights =
-            Tensor::from_shape(&[outputs, inputs / group, kernel, kernel], &weights).unwrap();
-        let bias: Vec<f32> = (0..outputs).map(|o| 2.5 + o as f32).collect();
-        let mut model = TypedModel::default();
-        let x = model.add_source("x", f32::fact(input)).unwrap();
-        let weights = model.add_const("weights", weights).unwrap();
-        let bias = model.add_const("bias", tensor1(&bias)).unwrap();
-        let conv = Conv {
-            pool_spec: PoolSpec {
-                data_format: DataFormat::NCHW,
-                kernel_shape: tvec![kernel; 2],
-                padding: PaddingSpec::Explicit(tvec![1; 2], tvec![1; 2]),
-                dilations: None,
-                strides: Some(tvec![stride; 2]),
-                input_channels: inputs,
-                output_channels: outputs,
-            },
-            kernel_fmt: KernelFormat::OIHW,
-            group,
-            q_params: None,
-        };
-        let out = model.wire_node("conv", conv, &[x, weights, bias]).unwrap();
-        model.select_output_outlets(&out).unwrap();
+        let model = conv_model(input, 5, [kernel; 2], 1, [stride; 2], [1, 1], group);
         let mut convs = 0;
         let (tract, split, _) = tract_and_planned(model, input, |model| {
             let split = split_deep_convs(model)?;
