@@ -14,11 +14,13 @@ use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_onnx::tract_core::ops::math::add;
 use tract_onnx::tract_core::ops::nn::DataFormat;
 
-/// The largest `K` left whole, and the most each part gets.
+/// The largest `K` left whole, and about the most each part gets.
 const MAX_K: usize = 8192;
 
 /// Splits each ungrouped f32 NCHW convolution with a constant OIHW kernel
-/// and a `K` over `MAX_K` into parts of at most `MAX_K`; returns how many.
+/// and a `K` over `MAX_K` into as few parts of equal channels as bring
+/// each part's `K` to about `MAX_K` (over it by less than one channel's
+/// taps); returns how many convolutions it split.
 pub(super) fn split_deep_convs(model: &mut TypedModel) -> TractResult<usize> {
     let mut split = 0;
     for id in 0..model.nodes.len() {
