@@ -415,18 +415,9 @@ mod tests {
     use crate::engine::tract::{assert_same_bits, conv_model, tract_and_planned};
     use tract_onnx::tract_core::knobs::KnobScope;
 
-    /// A convolution of `outputs` channels over `input`, as tract's
-    /// optimiser plans it and with the planned im2col, on the same input.
-    fn both(
-        input: [usize; 4],
-        outputs: usize,
-        kernel: [usize; 2],
-        padding: usize,
-        strides: [usize; 2],
-        dilations: [usize; 2],
-        group: usize,
-    ) -> (Tensor, Tensor, usize) {
-        let model = conv_model(input, outputs, kernel, padding, strides, dilations, group);
+    /// A convolution's model (`conv_model`) on an `input`, as tract's
+    /// optimiser plans it and with the planned im2col.
+    fn both(model: TypedModel, input: [usize; 4]) -> (Tensor, Tensor, usize) {
         let windows = conv_windows(&model);
         // As the engine plans: every convolution as im2col and a product.
         let optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])
@@ -451,8 +442,10 @@ mod tests {
         for (input, outputs, kernel, padding, strides, dilations) in cases {
             let label =
                 format!("{input:?} {outputs} {kernel:?} {padding} {strides:?} {dilations:?}");
-            let (tract, planned, replaced) =
-                both(input, outputs, kernel, padding, strides, dilations, 1);
+            let (tract, planned, replaced) = both(
+                conv_model(input, outputs, kernel, padding, strides, dilations, 1),
+                input,
+            );
             assert_eq!(replaced, 1, "{label}");
             assert_same_bits(&tract, &planned, &label);
         }
@@ -460,7 +453,9 @@ mod tests {
 
     #[test]
     fn a_grouped_convolution_is_left_to_tract() {
-        let (tract, planned, replaced) = both([1, 4, 6, 6], 4, [3, 3], 1, [1, 1], [1, 1], 2);
+        let input = [1, 4, 6, 6];
+        let grouped = conv_model(input, 4, [3, 3], 1, [1, 1], [1, 1], 2);
+        let (tract, planned, replaced) = both(grouped, input);
         assert_eq!((replaced, &tract), (0, &planned));
     }
 }
