@@ -263,15 +263,11 @@ fn conv_model(
 #[cfg(test)]
 fn assert_same_bits(tract: &Tensor, planned: &Tensor, label: &str) {
     assert_eq!(tract.shape(), planned.shape(), "{label}");
-    let tract = tract.try_as_plain_ram().unwrap();
-    let planned = planned.try_as_plain_ram().unwrap();
-    let (tract, planned) = (
-        tract.as_slice::<f32>().unwrap(),
-        planned.as_slice::<f32>().unwrap(),
-    );
+    let tract = tract.to_plain_array_view::<f32>().unwrap();
+    let planned = planned.to_plain_array_view::<f32>().unwrap();
     let same = tract
         .iter()
-        .zip(planned)
+        .zip(&planned)
         .all(|(a, b)| a.to_bits() == b.to_bits());
     assert!(same, "{label}: {tract:?} != {planned:?}");
 }

@@ -120,12 +120,8 @@ mod tests {
             let (tract, split, convs) = both(input, 3, stride, 1);
             assert_eq!(convs, 3, "{input:?}");
             assert_eq!(tract.shape(), split.shape(), "{input:?}");
-            let tract = tract.try_as_plain_ram().unwrap();
-            let split = split.try_as_plain_ram().unwrap();
-            let (tract, split) = (
-                tract.as_slice::<f32>().unwrap(),
-                split.as_slice::<f32>().unwrap(),
-            );
+            let tract = tract.to_plain_array_view::<f32>().unwrap();
+            let split = split.to_plain_array_view::<f32>().unwrap();
             let largest = tract.iter().fold(0f32, |max, v| max.max(v.abs()));
             let differ = tract
                 .iter()
