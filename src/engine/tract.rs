@@ -5,11 +5,14 @@
 //! Concat before it) run a plane per core, and `im2col` packs a
 //! convolution's input for its matrix product a run of neighbouring values
 //! at a time. Before tract optimises, `split` cuts a convolution over very
-//! many channels into parts whose sum differs from tract's in the last bits.
+//! many channels into parts whose sum differs from tract's in the last bits,
+//! and `norm` puts one operator in place of MODNet's IBNorm, whose instance
+//! norms also differ in the last bits.
 
 // tract hands an im2col input its panel buffer as a raw pointer.
 #[allow(unsafe_code)]
 mod im2col;
+mod norm;
 mod pad;
 // The planned operators' output is written without being zeroed first.
 #[allow(unsafe_code)]
@@ -99,6 +102,7 @@ impl TractEngine {
         }
         resize::plan_resizes(&mut typed)?;
         split::split_deep_convs(&mut typed)?;
+        norm::plan_norms(&mut typed)?;
         let windows = im2col::conv_windows(&typed);
         // Every convolution as im2col and a matrix product: tract's direct
         // spatial convolution was slower on each model, IS-Net's run by a

@@ -136,7 +136,7 @@ impl EvalOp for PlannedPad {
             &self.inputs,
             output,
             || (),
-            |_, plane, out| {
+            |_, _, plane, out| {
                 let (above, rest) = out.split_at_mut(self.rows.0 * out_width);
                 let (inside, below) = rest.split_at_mut(height * out_width);
                 above.fill(zero);

@@ -13,13 +13,14 @@ use tract_onnx::prelude::*;
 /// An f32 tensor of `output`'s NCHW shape, each of its planes written by
 /// `fill` from the same plane of `inputs` (shapes `planned`) joined on the
 /// channel axis, the planes on tract's thread pool; `scratch` makes each
-/// thread's scratch. `fill` must write every value of the plane it is given.
+/// thread's scratch. `fill` is given the plane's index in the output and
+/// must write every value of it.
 pub(super) fn plane_by_plane<S>(
     inputs: &[TValue],
     planned: &[[usize; 4]],
     output: [usize; 4],
     scratch: impl Fn() -> S + Send + Sync,
-    fill: impl Fn(&mut S, &[f32], &mut [MaybeUninit<f32>]) + Send + Sync,
+    fill: impl Fn(&mut S, usize, &[f32], &mut [MaybeUninit<f32>]) + Send + Sync,
 ) -> TractResult<Tensor> {
     anyhow::ensure!(
         inputs.len() == planned.len()
@@ -67,7 +68,10 @@ pub(super) fn plane_by_plane<S>(
     let mut run = || {
         to.par_chunks_mut(plane)
             .zip(planes.par_iter())
-            .for_each_init(&scratch, |scratch, (out, plane)| fill(scratch, plane, out))
+            .enumerate()
+            .for_each_init(&scratch, |scratch, (index, (out, plane))| {
+                fill(scratch, index, plane, out)
+            })
     };
     match current_tract_executor() {
         Executor::MultiThread(pool) => pool.install(run),

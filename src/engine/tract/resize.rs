@@ -163,7 +163,7 @@ impl EvalOp for PlannedResize {
             &[self.input],
             [batch, channels, height, out_width],
             || vec![0f32; width],
-            |row, plane, out| self.resample_plane(plane, out, row),
+            |row, _, plane, out| self.resample_plane(plane, out, row),
         )?;
         Ok(tvec!(output.into_tvalue()))
     }
