@@ -194,6 +194,22 @@ fn put_in_place<O: TypedOp>(
     Ok(replaced)
 }
 
+/// Applies the patch `patched` makes for a node, for every node it makes
+/// one for; returns how many.
+fn patch_each(
+    model: &mut TypedModel,
+    patched: impl Fn(&TypedModel, &TypedNode) -> TractResult<Option<TypedModelPatch>>,
+) -> TractResult<usize> {
+    let mut applied = 0;
+    for id in 0..model.nodes.len() {
+        if let Some(patch) = patched(model, &model.nodes[id])? {
+            patch.apply(model)?;
+            applied += 1;
+        }
+    }
+    Ok(applied)
+}
+
 /// `model`'s output on an input of `shape` as tract plans it, and after
 /// `plan` put cutout's operators in; and how many `plan` put in.
 #[cfg(test)]

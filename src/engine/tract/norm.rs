@@ -10,6 +10,7 @@
 //! in f64 here, in f32 in another order by tract, so they differ from
 //! tract's in the last bits.
 
+use super::patch_each;
 use super::planes::plane_by_plane;
 use std::mem::MaybeUninit;
 use tract_onnx::tract_core::internal::*;
@@ -23,15 +24,7 @@ use tract_onnx::tract_core::ops::nn::{Reduce, Reducer};
 /// f32 NCHW tensors, each batch- or instance-normalised, with the ReLU
 /// after the Concat when that alone reads it; returns how many.
 pub(super) fn plan_norms(model: &mut TypedModel) -> TractResult<usize> {
-    let mut planned = 0;
-    for id in 0..model.nodes.len() {
-        let Some(patch) = planned_norm(model, &model.nodes[id])? else {
-            continue;
-        };
-        patch.apply(model)?;
-        planned += 1;
-    }
-    Ok(planned)
+    patch_each(model, planned_norm)
 }
 
 fn planned_norm(model: &TypedModel, node: &TypedNode) -> TractResult<Option<TypedModelPatch>> {

@@ -8,6 +8,7 @@
 //! sums come in another order, so the values differ from tract's in the
 //! last bits.
 
+use super::patch_each;
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::array::Slice;
 use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
@@ -22,15 +23,7 @@ const MAX_K: usize = 8192;
 /// each part's `K` to about `MAX_K` (over it by less than one channel's
 /// taps); returns how many convolutions it split.
 pub(super) fn split_deep_convs(model: &mut TypedModel) -> TractResult<usize> {
-    let mut split = 0;
-    for id in 0..model.nodes.len() {
-        let Some(patch) = split_conv(model, &model.nodes[id])? else {
-            continue;
-        };
-        patch.apply(model)?;
-        split += 1;
-    }
-    Ok(split)
+    patch_each(model, split_conv)
 }
 
 fn split_conv(model: &TypedModel, node: &TypedNode) -> TractResult<Option<TypedModelPatch>> {
