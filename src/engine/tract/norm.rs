@@ -42,27 +42,9 @@ fn planned_norm(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Type
     else {
         return Ok(None);
     };
-    let mut norms = vec![];
-    for (input, norm) in &parts {
-        let channels = nchw(model, *input).map_or(0, |shape| shape[1]);
-        match norm {
-            PartNorm::Affine { slope, intercept }
-                if slope.len() == channels && intercept.len() == channels =>
-            {
-                norms.extend(
-                    slope
-                        .iter()
-                        .zip(intercept)
-                        .map(|(&slope, &intercept)| Norm::Affine { slope, intercept }),
-                )
-            }
-            &PartNorm::Instance { epsilon } if channels > 0 => {
-                norms.extend((0..channels).map(|_| Norm::Instance { epsilon }))
-            }
-            _ => return Ok(None),
-        }
-    }
-    let inputs = joined_inputs(model, parts.iter().map(|(input, _)| *input));
+    let (parts, norms): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+    let norms = norms.concat();
+    let inputs = joined_inputs(model, &parts);
     let Some(shapes) = inputs
         .iter()
         .map(|&input| nchw(model, input))
@@ -105,99 +87,70 @@ fn nchw(model: &TypedModel, outlet: OutletId) -> Option<[usize; 4]> {
     fact.shape.as_concrete()?.try_into().ok()
 }
 
-/// The tensors `parts` are, joined on the channel axis; where a run of
-/// them are Slices that together are the whole of one tensor, that tensor.
-fn joined_inputs(model: &TypedModel, parts: impl Iterator<Item = OutletId>) -> Vec<OutletId> {
-    let mut inputs = vec![];
-    // The Slices of one tensor read so far, and the channels they reach.
-    let mut run: Vec<OutletId> = vec![];
-    let mut reached = None;
-    for part in parts {
-        let slice = channel_slice(model, part);
-        reached = match (slice, reached) {
-            (Some((whole, channels)), Some((of, end))) if whole == of && channels.start == end => {
-                run.push(part);
-                Some((whole, channels.end))
+/// The tensors `parts` are, joined on the channel axis: where they are
+/// Slices that in order make the whole of one tensor, that tensor.
+fn joined_inputs(model: &TypedModel, parts: &[OutletId]) -> Vec<OutletId> {
+    let mut whole = None;
+    let mut end = 0;
+    for &part in parts {
+        match channel_slice(model, part) {
+            Some((of, channels)) if channels.start == end && whole.is_none_or(|w| w == of) => {
+                whole = Some(of);
+                end = channels.end;
             }
-            (slice, _) => {
-                inputs.append(&mut run);
-                match slice {
-                    Some((whole, channels)) if channels.start == 0 => {
-                        run.push(part);
-                        Some((whole, channels.end))
-                    }
-                    _ => {
-                        inputs.push(part);
-                        None
-                    }
-                }
-            }
-        };
-        if let Some((whole, end)) = reached {
-            if nchw(model, whole).is_some_and(|shape| shape[1] == end) {
-                run.clear();
-                inputs.push(whole);
-                reached = None;
-            }
+            _ => return parts.to_vec(),
         }
     }
-    inputs.append(&mut run);
-    inputs
+    match whole {
+        Some(whole) if nchw(model, whole).is_some_and(|shape| shape[1] == end) => vec![whole],
+        _ => parts.to_vec(),
+    }
 }
 
-/// How one input of the Concat is normalised.
-enum PartNorm {
-    Affine {
-        slope: Vec<f32>,
-        intercept: Vec<f32>,
-    },
-    Instance {
-        epsilon: f32,
-    },
-}
-
-/// The tensor `outlet` normalises and how, if it is normalised as tract
-/// declutters ONNX's BatchNormalization or its InstanceNormalization
-/// without scale and bias.
-fn normalised(model: &TypedModel, outlet: OutletId) -> Option<(OutletId, PartNorm)> {
+/// The tensor `outlet` normalises and how, a `Norm` per channel, if it is
+/// normalised as tract declutters ONNX's BatchNormalization or its
+/// InstanceNormalization without scale and bias.
+fn normalised(model: &TypedModel, outlet: OutletId) -> Option<(OutletId, Vec<Norm>)> {
     affine(model, outlet).or_else(|| instance_normalised(model, outlet))
 }
 
 /// `x × slope + intercept`, with constants per channel.
-fn affine(model: &TypedModel, outlet: OutletId) -> Option<(OutletId, PartNorm)> {
+fn affine(model: &TypedModel, outlet: OutletId) -> Option<(OutletId, Vec<Norm>)> {
     let (scaled, intercept) = with_constant::<Add>(model, outlet)?;
     let (input, slope) = with_constant::<Mul>(model, scaled)?;
+    let channels = nchw(model, input)?[1];
     let per_channel = |values: &Tensor| {
-        let [1, _, 1, 1] = values.shape() else {
+        if values.shape() != [1, channels, 1, 1] {
             return None;
-        };
+        }
         let plain = values.try_as_plain_ram().ok()?;
         Some(plain.as_slice::<f32>().ok()?.to_vec())
     };
-    let norm = PartNorm::Affine {
-        slope: per_channel(&slope)?,
-        intercept: per_channel(&intercept)?,
-    };
-    Some((input, norm))
+    let norms = per_channel(&slope)?
+        .into_iter()
+        .zip(per_channel(&intercept)?)
+        .map(|(slope, intercept)| Norm::Affine { slope, intercept })
+        .collect();
+    Some((input, norms))
 }
 
 /// `(x − mean) × rsqrt(mean of squares + ε)` over each plane, where
 /// `mean` is the plane's sum times the reciprocal of its size.
-fn instance_normalised(model: &TypedModel, outlet: OutletId) -> Option<(OutletId, PartNorm)> {
+fn instance_normalised(model: &TypedModel, outlet: OutletId) -> Option<(OutletId, Vec<Norm>)> {
     let [diff, rsqrt] = binary::<Mul>(model, outlet)?;
     let rsqrt = model.node(rsqrt.node);
     let rsqrt_op = rsqrt.op_as::<ElementWiseOp>()?;
     let (variance, epsilon) = with_constant::<Add>(model, rsqrt.inputs[0])?;
     let [input, mean] = binary::<Sub>(model, diff)?;
     let (sum, reciprocal) = with_constant::<Mul>(model, mean)?;
-    let [_, _, height, width] = nchw(model, input)?;
+    let [_, channels, height, width] = nchw(model, input)?;
     let epsilon = epsilon.cast_to_scalar::<f32>().ok()?;
     let found = rsqrt_op.0.is::<Rsqrt>()
         && reduced(model, variance, Reducer::MeanOfSquares) == Some(diff)
         && reduced(model, sum, Reducer::Sum) == Some(input)
         && is_all(&reciprocal, 1.0 / (height * width) as f32)
         && epsilon.is_finite();
-    found.then_some((input, PartNorm::Instance { epsilon }))
+    found.then(|| (input, vec![Norm::Instance { epsilon }; channels]))
 }
 
 /// The inputs of what made `outlet`, if it is the binary operator `O`.
