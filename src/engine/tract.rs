@@ -94,11 +94,7 @@ impl TractEngine {
             .into_typed()?
             .into_decluttered()?;
         if self.fp16 {
-            // tract runs f16 graphs very slowly on x86; f32 is the fast path everywhere.
-            typed.transform(&FloatPrecisionTranslator::new(
-                DatumType::F16,
-                DatumType::F32,
-            ))?;
+            to_f32(&mut typed)?;
         }
         resize::plan_resizes(&mut typed)?;
         split::split_deep_convs(&mut typed)?;
@@ -140,6 +136,30 @@ impl Engine for TractEngine {
         );
         Ok(out.iter().copied().collect())
     }
+}
+
+/// An fp16 model in f32: tract runs f16 graphs very slowly on x86, and f32
+/// is the fast path everywhere. The weights are cast here, once: tract's
+/// translator makes each an f16 constant and a Cast, and its constant
+/// folding keeps the Cast of any over 2 MiB (the f32 copy would pass its
+/// 4 MiB budget), so IS-Net's 18 largest were cast, and packed for their
+/// matrix products, on every run (BENCHMARKS.md, "Weights cast once").
+fn to_f32(model: &mut TypedModel) -> TractResult<()> {
+    use tract_onnx::tract_core::ops::konst::Const;
+    for node in &mut model.nodes {
+        let Some(konst) = node.op_as::<Const>() else {
+            continue;
+        };
+        if konst.val().datum_type() == DatumType::F16 && konst.val().is_plain() {
+            let weights = konst.val().cast_to::<f32>()?.into_owned().into_arc_tensor();
+            node.outputs[0].fact = TypedFact::try_from(&weights)?;
+            node.op = Box::new(Const::new(weights)?);
+        }
+    }
+    model.transform(&FloatPrecisionTranslator::new(
+        DatumType::F16,
+        DatumType::F32,
+    ))
 }
 
 /// Zen 4 runs a 512-bit multiply-add as two 256-bit halves, so AVX-512
@@ -247,19 +267,43 @@ fn conv_model(
     dilations: [usize; 2],
     group: usize,
 ) -> TypedModel {
+    let mut model = TypedModel::default();
+    let x = model.add_source("x", f32::fact(input)).unwrap();
+    let out = wire_conv(
+        &mut model, x, outputs, kernel, padding, strides, dilations, group,
+    );
+    model.select_output_outlets(&[out]).unwrap();
+    model
+}
+
+/// A convolution of `outputs` channels over `x`, as `conv_model`'s.
+#[cfg(test)]
+#[allow(clippy::too_many_arguments)]
+fn wire_conv(
+    model: &mut TypedModel,
+    x: OutletId,
+    outputs: usize,
+    kernel: [usize; 2],
+    padding: usize,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    group: usize,
+) -> OutletId {
     use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec, PoolSpec};
     use tract_onnx::tract_core::ops::nn::DataFormat;
-    let inputs = input[1];
+    let fact = model.outlet_fact(x).unwrap().clone();
+    let inputs = fact.shape.as_concrete().unwrap()[1];
     let weights: Vec<f32> = (0..outputs * inputs / group * kernel[0] * kernel[1])
         .map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0)
         .collect();
     let weights =
         Tensor::from_shape(&[outputs, inputs / group, kernel[0], kernel[1]], &weights).unwrap();
     let bias: Vec<f32> = (0..outputs).map(|o| 2.5 + o as f32).collect();
-    let mut model = TypedModel::default();
-    let x = model.add_source("x", f32::fact(input)).unwrap();
+    // In the input's type: f32, or f16 for an fp16 model.
+    let [weights, bias] = [weights, tensor1(&bias)]
+        .map(|values| values.cast_to_dt(fact.datum_type).unwrap().into_owned());
     let weights = model.add_const("weights", weights).unwrap();
-    let bias = model.add_const("bias", tensor1(&bias)).unwrap();
+    let bias = model.add_const("bias", bias).unwrap();
     let conv = Conv {
         pool_spec: PoolSpec {
             data_format: DataFormat::NCHW,
@@ -274,9 +318,7 @@ fn conv_model(
         group,
         q_params: None,
     };
-    let out = model.wire_node("conv", conv, &[x, weights, bias]).unwrap();
-    model.select_output_outlets(&out).unwrap();
-    model
+    model.wire_node("conv", conv, &[x, weights, bias]).unwrap()[0]
 }
 
 /// Asserts that `planned` is `tract`'s output to the bit.
@@ -294,7 +336,59 @@ fn assert_same_bits(tract: &Tensor, planned: &Tensor, label: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::is_zen4;
+    use super::*;
+
+    /// A 1x1 convolution of f16 weights over `inputs` channels to
+    /// `outputs`, planned in f32 by `to_f32`, and its output on an input.
+    fn f16_conv(
+        inputs: usize,
+        outputs: usize,
+        to_f32: impl Fn(&mut TypedModel) -> TractResult<()>,
+    ) -> (TypedModel, Tensor) {
+        let mut model = TypedModel::default();
+        let x = model.add_source("x", f16::fact([1, inputs, 2, 2])).unwrap();
+        let out = wire_conv(&mut model, x, outputs, [1, 1], 0, [1, 1], [1, 1], 1);
+        model.select_output_outlets(&[out]).unwrap();
+        let mut model = model.into_decluttered().unwrap();
+        to_f32(&mut model).unwrap();
+        let optimised = model.into_optimized().unwrap();
+        let input: Vec<f32> = (0..inputs * 4).map(|i| (i % 7) as f32 - 3.0).collect();
+        let input = Tensor::from_shape(&[1, inputs, 2, 2], &input).unwrap();
+        let output = optimised
+            .clone()
+            .into_runnable()
+            .unwrap()
+            .run(tvec!(input.into()))
+            .unwrap();
+        (optimised, output[0].clone().into_tensor())
+    }
+
+    #[test]
+    fn an_f16_models_weights_are_f32_constants_in_its_plan() {
+        let casts = |model: &TypedModel| {
+            model
+                .nodes
+                .iter()
+                .filter(|node| node.op.name() == "Cast")
+                .count()
+        };
+        // Over a million weights: 2 MiB in f16, past what tract folds.
+        let (inputs, outputs) = (1024, 1030);
+        let (translated, tracts) = f16_conv(inputs, outputs, |model| {
+            model.transform(&FloatPrecisionTranslator::new(
+                DatumType::F16,
+                DatumType::F32,
+            ))
+        });
+        let (cast_once, ours) = f16_conv(inputs, outputs, to_f32);
+        assert!(
+            casts(&translated) > 0,
+            "tract folds its casts now: to_f32 may go"
+        );
+        assert_eq!(casts(&cast_once), 0);
+        assert_eq!(ours.datum_type(), DatumType::F32);
+        assert_same_bits(&tracts, &ours, "f16 weights");
+    }
 
     fn cpuinfo(vendor: &str, family: u32, flags: &str) -> String {
         let cpu = format!(
