@@ -4,7 +4,7 @@
 //! tract's values to the bit: `resize` and `pad` (which also takes in the
 //! Concat before it) run a plane per core, and `im2col` packs a
 //! convolution's input for its matrix product a run of neighbouring values
-//! at a time. Before tract optimises, `split` cuts a convolution over very
+//! at a time, writing the zeros of the pad before it itself. Before tract optimises, `split` cuts a convolution over very
 //! many channels into parts whose sum differs from tract's in the last bits,
 //! and `norm` puts one operator in place of MODNet's IBNorm, whose instance
 //! norms also differ in the last bits.

@@ -1,14 +1,19 @@
-//! tract's lazy im2col, packed a run of neighbouring values at a time. A
-//! convolution run as a matrix product reads its input through im2col
-//! panels packed on the fly: for each of `k` (channel, kernel row, kernel
-//! column) the `r` values of the panel's output columns. tract gathers
-//! them one value at a time even where, as in most panels of a stride-1
-//! convolution, they lie side by side in the input row; `PlannedIm2col`
-//! copies such a run whole. Same values in the same places, so the matrix
-//! product's sums are tract's to the bit; tract's packing was 17% of a
-//! U2NetP run's cycles (BENCHMARKS.md, "tract's im2col").
+//! tract's lazy im2col, packed a run of neighbouring values at a time, with
+//! the convolution's zero padding packed in. A convolution run as a matrix
+//! product reads its input through im2col panels packed on the fly: for
+//! each of `k` (channel, kernel row, kernel column) the `r` values of the
+//! panel's output columns. tract gathers them one value at a time even
+//! where, as in most panels of a stride-1 convolution, they lie side by
+//! side in the input row; `PlannedIm2col` copies such a run whole (tract's
+//! packing was 17% of a U2NetP run's cycles, BENCHMARKS.md, "tract's
+//! im2col"). tract also pads each convolution's input into a fresh tensor
+//! first; where that pad is the im2col's alone, `PlannedIm2col` reads the
+//! pad's input instead and writes the zeros itself (IS-Net's 116 pads took
+//! 10% of a run, BENCHMARKS.md, "Pads packed in"). Same values in the
+//! same places, so the matrix product's sums are tract's to the bit.
 
-use super::put_in_place;
+use super::pad::PlannedPad;
+use super::patch_each;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
@@ -54,19 +59,31 @@ pub(super) fn conv_windows(model: &TypedModel) -> HashMap<String, Window> {
 }
 
 /// Puts a `PlannedIm2col` in place of tract's im2col of each convolution
-/// in `windows` whose input shape is known; returns how many.
+/// in `windows` whose input shape is known, reading the input of the
+/// `PlannedPad` before it where that pad is the im2col's alone; returns how
+/// many.
 pub(super) fn plan_im2cols(
     model: &mut TypedModel,
     windows: &HashMap<String, Window>,
 ) -> TractResult<usize> {
-    put_in_place(model, |model, node| planned_im2col(model, node, windows))
+    patch_each(model, |model, node| {
+        let Some((im2col, inputs)) = planned_im2col(model, node, windows)? else {
+            return Ok(None);
+        };
+        let mut patch = TypedModelPatch::replace_single_op(model, node, &inputs, im2col)?;
+        if *inputs != node.inputs {
+            patch.obliterate(node.inputs[0].node)?;
+        }
+        Ok(Some(patch))
+    })
 }
 
+/// The planned im2col of `node` and the outlets it reads.
 fn planned_im2col(
     model: &TypedModel,
     node: &TypedNode,
     windows: &HashMap<String, Window>,
-) -> TractResult<Option<PlannedIm2col>> {
+) -> TractResult<Option<(PlannedIm2col, Vec<OutletId>)>> {
     // tract's op type is private: it is known by its name and its node's,
     // `<conv>.lazyIm2col`, and checked against the shapes below.
     let Some(window) = node
@@ -106,38 +123,71 @@ fn planned_im2col(
     {
         return Ok(None);
     }
-    let Some(im2col) = Im2col::new(*window, [channels, height, width], packer.clone()) else {
+    let padded = model.node(node.inputs[0].node);
+    let alone = model.outlet_successors(node.inputs[0]).len() == 1
+        && !model.output_outlets()?.contains(&node.inputs[0]);
+    let (inputs, padding, read) = match padded.op_as::<PlannedPad>() {
+        Some(pad) if alone => (
+            pad.inputs.clone(),
+            [pad.rows, pad.columns],
+            padded.inputs.clone(),
+        ),
+        _ => (
+            vec![[1, channels, height, width]],
+            [(0, 0); 2],
+            node.inputs.clone(),
+        ),
+    };
+    let Some(im2col) = Im2col::new(*window, &inputs, padding, packer.clone()) else {
         return Ok(None);
     };
-    if (im2col.rows.len(), im2col.columns.len()) != (k, mn) {
+    if (im2col.k(), im2col.mn()) != (k, mn) {
         return Ok(None);
     }
-    Ok(Some(PlannedIm2col {
-        input: shape.to_vec(),
+    let im2col = PlannedIm2col {
+        inputs,
         im2col: Arc::new(im2col),
-    }))
+    };
+    Ok(Some((im2col, read)))
 }
 
-/// Where, in the input's values, each of the matrix product's `k` rows and
-/// `mn` columns starts; the value of (row, column) is at the sum.
+/// Where the matrix product's `k` rows and `mn` columns read their values:
+/// row (channel, kernel tap), column (output row, output column), in
+/// tract's order.
 #[derive(Debug, Clone, Hash, PartialEq, Eq)]
 struct Im2col {
     packer: PackedFormat,
-    rows: Vec<usize>,
-    columns: Vec<usize>,
+    /// Each input's channels.
+    channels: Vec<usize>,
+    /// The inputs' planes' height and width.
+    size: [usize; 2],
+    /// Each kernel tap's place in the window, in rows and columns, by
+    /// kernel row then kernel column.
+    taps: Vec<[usize; 2]>,
+    /// The last tap's place: how far the window reaches.
+    reach: [usize; 2],
+    strides: [usize; 2],
+    /// Zeros above and left of each plane.
+    padding: [usize; 2],
+    /// The output's rows and columns.
+    out: [usize; 2],
     /// The output's fact as tract declares it for its own im2col, held
     /// here because a packed input lends it out by reference.
     fact: DynPackedExoticFact,
 }
 
+/// The most columns a kernel packs side by side (16 on x86-64 and ARM).
+const MAX_R: usize = 64;
+
 impl Im2col {
-    /// The valid convolution of a `[channels, height, width]` input, in
-    /// tract's order: rows by channel, then kernel row, then kernel column;
-    /// columns by output row, then output column. None where the window
-    /// does not fit the input.
+    /// The convolution of `[1, channels, height, width]` inputs joined on
+    /// the channel axis, with zeros (`padding`) around each plane: top and
+    /// bottom, left and right. None where the window does not fit the
+    /// padded input.
     fn new(
         window: Window,
-        [channels, height, width]: [usize; 3],
+        inputs: &[[usize; 4]],
+        padding: [(usize, usize); 2],
         packer: PackedFormat,
     ) -> Option<Im2col> {
         let Window {
@@ -145,37 +195,66 @@ impl Im2col {
             strides,
             dilations,
         } = window;
-        let out = |axis: usize, size: usize| {
-            let reach = kernel[axis].checked_sub(1)? * dilations[axis];
-            let span = size.checked_sub(reach)?;
-            (span > 0 && strides[axis] > 0).then(|| (span - 1) / strides[axis] + 1)
+        let [_, _, height, width] = *inputs.first()?;
+        let size = [height, width];
+        let reach = [0, 1].map(|axis| kernel[axis].saturating_sub(1) * dilations[axis]);
+        let out = |axis: usize| {
+            let padded = size[axis] + padding[axis].0 + padding[axis].1;
+            let span = padded.checked_sub(reach[axis])?;
+            (kernel[axis] > 0 && span > 0 && strides[axis] > 0)
+                .then(|| (span - 1) / strides[axis] + 1)
         };
-        let (out_height, out_width) = (out(0, height)?, out(1, width)?);
-        let mut rows = Vec::with_capacity(channels * kernel[0] * kernel[1]);
-        for channel in 0..channels {
-            for y in 0..kernel[0] {
-                for x in 0..kernel[1] {
-                    rows.push((channel * height + y * dilations[0]) * width + x * dilations[1]);
-                }
+        let out = [out(0)?, out(1)?];
+        if packer.r > MAX_R {
+            return None;
+        }
+        let mut taps = Vec::with_capacity(kernel[0] * kernel[1]);
+        for y in 0..kernel[0] {
+            for x in 0..kernel[1] {
+                taps.push([y * dilations[0], x * dilations[1]]);
             }
         }
-        let mut columns = Vec::with_capacity(out_height * out_width);
-        for y in 0..out_height {
-            for x in 0..out_width {
-                columns.push(y * strides[0] * width + x * strides[1]);
-            }
-        }
+        let channels: Vec<usize> = inputs.iter().map(|input| input[1]).collect();
         let fact = DynPackedExoticFact {
-            k: rows.len().to_dim(),
-            mn: columns.len().to_dim(),
+            k: (channels.iter().sum::<usize>() * taps.len()).to_dim(),
+            mn: (out[0] * out[1]).to_dim(),
             packers: vec![Box::new(packer.clone())],
         };
         Some(Im2col {
             packer,
-            rows,
-            columns,
+            channels,
+            size,
+            taps,
+            reach,
+            strides,
+            padding: [padding[0].0, padding[1].0],
+            out,
             fact,
         })
+    }
+
+    fn k(&self) -> usize {
+        self.channels.iter().sum::<usize>() * self.taps.len()
+    }
+
+    fn mn(&self) -> usize {
+        self.out[0] * self.out[1]
+    }
+
+    /// The top left corner of column `column`'s window in the planes:
+    /// above or left of them where it reaches into the padding.
+    fn corner(&self, column: usize) -> [isize; 2] {
+        let at = [column / self.out[1], column % self.out[1]];
+        [0, 1].map(|axis| (at[axis] * self.strides[axis]) as isize - self.padding[axis] as isize)
+    }
+
+    /// Whether a window at `corner`, and `more` columns right of it, lies
+    /// inside the planes.
+    fn inside(&self, [top, left]: [isize; 2], more: usize) -> bool {
+        top >= 0
+            && left >= 0
+            && top as usize + self.reach[0] < self.size[0]
+            && left as usize + self.reach[1] + more < self.size[1]
     }
 }
 
@@ -222,20 +301,16 @@ impl MMMInputFormat for Im2col {
 
 impl std::fmt::Display for Im2col {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "PlannedIm2col (k={}, mn={})",
-            self.rows.len(),
-            self.columns.len()
-        )
+        write!(f, "PlannedIm2col (k={}, mn={})", self.k(), self.mn())
     }
 }
 
 /// tract's `LazyIm2col` of an ungrouped convolution, packing with
-/// `PackedInput`.
+/// `PackedInput`; where it reads a pad's inputs instead of the pad's
+/// output, it packs the pad's zeros itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedIm2col {
-    input: Vec<usize>,
+    inputs: Vec<[usize; 4]>,
     im2col: Arc<Im2col>,
 }
 
@@ -251,14 +326,16 @@ impl EvalOp for PlannedIm2col {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let input = args_1!(inputs);
         anyhow::ensure!(
-            input.shape() == self.input && input.datum_type() == f32::datum_type(),
-            "planned for an f32 input of {:?}",
-            self.input
+            inputs.len() == self.inputs.len()
+                && inputs.iter().zip(&self.inputs).all(|(input, shape)| {
+                    input.shape() == shape && input.datum_type() == f32::datum_type()
+                }),
+            "planned for f32 inputs of {:?}",
+            self.inputs
         );
         let packed = PackedInput {
-            input,
+            inputs,
             im2col: self.im2col.clone(),
         };
         let storage = PackedMatrixStorage::new_batched(&[1, 1], tvec!(Box::new(packed) as _));
@@ -277,89 +354,168 @@ impl TypedOp for PlannedIm2col {
     as_op!();
 }
 
-/// One convolution input, packed a panel at a time as the matrix product
-/// asks: for each row, the `r` columns' values side by side.
+/// One convolution's inputs, packed a panel at a time as the matrix
+/// product asks: for each row, the `r` columns' values side by side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PackedInput {
-    input: TValue,
+    inputs: TVec<TValue>,
     im2col: Arc<Im2col>,
 }
 
 impl std::hash::Hash for PackedInput {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (self.input.as_bytes(), &self.im2col).hash(state);
+        for input in &self.inputs {
+            input.as_bytes().hash(state);
+        }
+        self.im2col.hash(state);
     }
 }
 
 impl std::fmt::Display for PackedInput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PlannedIm2col input of {:?}", self.input.shape())
+        let shapes: Vec<_> = self.inputs.iter().map(|input| input.shape()).collect();
+        write!(f, "PlannedIm2col inputs of {shapes:?}")
     }
 }
 
 impl PackedInput {
     /// Writes panel `index` into `panel` (`r` values for each row).
     fn pack(&self, index: usize, panel: &mut [MaybeUninit<f32>]) -> TractResult<()> {
-        let Im2col {
-            packer,
-            rows,
-            columns,
-            ..
-        } = &*self.im2col;
-        let r = packer.r;
-        let columns = &columns[index * r..columns.len().min((index + 1) * r)];
-        let plain = self.input.try_as_plain_ram()?;
-        let input = plain.as_slice::<f32>()?;
+        let im2col = &*self.im2col;
+        let r = im2col.packer.r;
+        let first = index * r;
+        let count = im2col.mn().min(first + r) - first;
+        let plains = self
+            .inputs
+            .iter()
+            .map(|input| input.try_as_plain_ram())
+            .collect::<TractResult<TVec<_>>>()?;
+        let inputs = plains
+            .iter()
+            .map(|plain| plain.as_slice::<f32>())
+            .collect::<TractResult<TVec<_>>>()?;
+        let planes = Planes { im2col, inputs };
+        let corner = im2col.corner(first);
         let side_by_side =
-            columns.len() == r && columns.windows(2).all(|pair| pair[1] == pair[0] + 1);
-        if side_by_side {
-            match r {
-                // The kernels' widths (x86-64 and ARM): a copy of a known
-                // length is a few moves, of any other a call to memcpy.
-                4 => copy_runs::<4>(input, rows, columns[0], panel),
-                6 => copy_runs::<6>(input, rows, columns[0], panel),
-                8 => copy_runs::<8>(input, rows, columns[0], panel),
-                12 => copy_runs::<12>(input, rows, columns[0], panel),
-                16 => copy_runs::<16>(input, rows, columns[0], panel),
-                _ => gather(input, rows, columns, r, panel),
+            count == r && im2col.strides[1] == 1 && first % im2col.out[1] + r <= im2col.out[1];
+        // The kernels' widths (x86-64 and ARM): a copy of a known length
+        // is a few moves, of any other a call to memcpy.
+        match (side_by_side, r) {
+            (true, 4) => planes.runs::<4>(corner, panel),
+            (true, 6) => planes.runs::<6>(corner, panel),
+            (true, 8) => planes.runs::<8>(corner, panel),
+            (true, 12) => planes.runs::<12>(corner, panel),
+            (true, 16) => planes.runs::<16>(corner, panel),
+            _ => {
+                // Runs of the panel's columns that share an output row.
+                let mut runs = [([0isize; 2], 0usize); MAX_R];
+                let mut count_runs = 0;
+                let mut column = first;
+                while column < first + count {
+                    let length =
+                        (im2col.out[1] - column % im2col.out[1]).min(first + count - column);
+                    runs[count_runs] = (im2col.corner(column), length);
+                    count_runs += 1;
+                    column += length;
+                }
+                planes.gather(&runs[..count_runs], r, panel);
             }
-        } else {
-            gather(input, rows, columns, r, panel);
         }
         Ok(())
     }
 }
 
-/// For each row, the `R` values from `row + column` into the next `R` of `panel`.
-fn copy_runs<const R: usize>(
-    input: &[f32],
-    rows: &[usize],
-    column: usize,
-    panel: &mut [MaybeUninit<f32>],
-) {
-    for (&row, out) in rows.iter().zip(panel.chunks_exact_mut(R)) {
-        let run: &[f32; R] = input[row + column..][..R].try_into().unwrap();
-        let out: &mut [MaybeUninit<f32>; R] = out.try_into().unwrap();
-        *out = run.map(MaybeUninit::new);
-    }
+/// The inputs' planes, with zeros around them.
+struct Planes<'a> {
+    im2col: &'a Im2col,
+    inputs: TVec<&'a [f32]>,
 }
 
-/// For each row, the value at `row + column` for each of `columns`, into
-/// the next `r` of `panel`; a last panel's missing columns are zeros (they
-/// are computed, and never read).
-fn gather(
-    input: &[f32],
-    rows: &[usize],
-    columns: &[usize],
-    r: usize,
-    panel: &mut [MaybeUninit<f32>],
-) {
-    for (&row, out) in rows.iter().zip(panel.chunks_exact_mut(r)) {
-        let (present, missing) = out.split_at_mut(columns.len());
-        for (out, &column) in present.iter_mut().zip(columns) {
-            out.write(input[row + column]);
+impl Planes<'_> {
+    /// Calls `fill` with each row's plane, tap and `r` values of `panel`.
+    fn each_row(
+        &self,
+        r: usize,
+        panel: &mut [MaybeUninit<f32>],
+        mut fill: impl FnMut(&[f32], [usize; 2], &mut [MaybeUninit<f32>]),
+    ) {
+        let [height, width] = self.im2col.size;
+        let mut rows = panel.chunks_exact_mut(r);
+        for (input, &channels) in self.inputs.iter().zip(&self.im2col.channels) {
+            for plane in input.chunks_exact(height * width).take(channels) {
+                for (&tap, out) in self.im2col.taps.iter().zip(&mut rows) {
+                    fill(plane, tap, out);
+                }
+            }
         }
-        missing.fill(MaybeUninit::new(0.0));
+    }
+
+    /// For each row, the `R` values from the window at `corner` rightwards
+    /// into the next `R` of `panel`.
+    fn runs<const R: usize>(&self, corner: [isize; 2], panel: &mut [MaybeUninit<f32>]) {
+        let [height, width] = self.im2col.size;
+        if self.im2col.inside(corner, R - 1) {
+            // Every run lies inside its plane: one copy each.
+            let base = corner[0] as usize * width + corner[1] as usize;
+            return self.each_row(R, panel, |plane, [y, x], out| {
+                let run: &[f32; R] = plane[base + y * width + x..][..R].try_into().unwrap();
+                let out: &mut [MaybeUninit<f32>; R] = out.try_into().unwrap();
+                *out = run.map(MaybeUninit::new);
+            });
+        }
+        let [top, left] = corner;
+        self.each_row(R, panel, |plane, [y, x], out| {
+            let out: &mut [MaybeUninit<f32>; R] = out.try_into().unwrap();
+            // Negative coordinates wrap to values over any size.
+            let y = (top + y as isize) as usize;
+            let x = left + x as isize;
+            if y >= height {
+                *out = [MaybeUninit::new(0.0); R];
+            } else if x >= 0 && x as usize + R <= width {
+                let run: &[f32; R] = plane[y * width + x as usize..][..R].try_into().unwrap();
+                *out = run.map(MaybeUninit::new);
+            } else {
+                let row = &plane[y * width..][..width];
+                *out = std::array::from_fn(|i| {
+                    MaybeUninit::new(row.get((x + i as isize) as usize).copied().unwrap_or(0.0))
+                });
+            }
+        });
+    }
+
+    /// For each row, the values of `runs` (a window's corner, and how many
+    /// windows from it rightwards, a stride apart), one run after the
+    /// other into the next `r` of `panel`; a last panel's missing columns
+    /// are zeros (they are computed, and never read).
+    fn gather(&self, runs: &[([isize; 2], usize)], r: usize, panel: &mut [MaybeUninit<f32>]) {
+        let [height, width] = self.im2col.size;
+        let stride = self.im2col.strides[1];
+        self.each_row(r, panel, |plane, [y, x], out| {
+            let mut out = out;
+            for &([top, left], length) in runs {
+                let (run, rest) = out.split_at_mut(length);
+                out = rest;
+                // Negative coordinates wrap to values over any size.
+                let y = (top + y as isize) as usize;
+                let x = left + x as isize;
+                if y >= height {
+                    run.fill(MaybeUninit::new(0.0));
+                    continue;
+                }
+                let row = &plane[y * width..][..width];
+                let xs = (x..).step_by(stride);
+                if x >= 0 && x as usize + (length - 1) * stride < width {
+                    for (out, x) in run.iter_mut().zip(xs) {
+                        out.write(row[x as usize]);
+                    }
+                } else {
+                    for (out, x) in run.iter_mut().zip(xs) {
+                        out.write(row.get(x as usize).copied().unwrap_or(0.0));
+                    }
+                }
+            }
+            out.fill(MaybeUninit::new(0.0));
+        });
     }
 }
 
@@ -389,11 +545,11 @@ impl MMMInputValue for PackedInput {
     }
 
     fn k(&self) -> usize {
-        self.im2col.rows.len()
+        self.im2col.k()
     }
 
     fn mn(&self) -> usize {
-        self.im2col.columns.len()
+        self.im2col.mn()
     }
 
     fn exotic_fact(&self) -> &dyn ExoticFact {
@@ -412,29 +568,45 @@ impl MMMInputValue for PackedInput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::{assert_same_bits, conv_model, tract_and_planned};
+    use crate::engine::tract::pad::plan_pads;
+    use crate::engine::tract::{assert_same_bits, conv_model, tract_and_planned, wire_conv};
+    use std::cell::Cell;
     use tract_onnx::tract_core::knobs::KnobScope;
+    use tract_onnx::tract_core::ops::array::{Pad, PadMode, TypedConcat};
 
-    /// A convolution's model (`conv_model`) on an `input`, as tract's
-    /// optimiser plans it and with the planned im2col.
-    fn both(model: TypedModel, input: [usize; 4]) -> (Tensor, Tensor, usize) {
+    /// `model` on an `input`, as tract's optimiser plans it and with the
+    /// planned pads and im2cols, as the engine plans; and how many im2cols
+    /// were planned and how many pads are left.
+    fn both(model: TypedModel, input: [usize; 4]) -> (Tensor, Tensor, usize, usize) {
         let windows = conv_windows(&model);
         // As the engine plans: every convolution as im2col and a product.
         let optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])
             .unwrap()
             .enter(|| model.into_optimized())
             .unwrap();
-        tract_and_planned(optimised, input, |model| plan_im2cols(model, &windows))
+        let pads_left = Cell::new(0);
+        let (tract, planned, im2cols) = tract_and_planned(optimised, input, |model| {
+            plan_pads(model)?;
+            let im2cols = plan_im2cols(model, &windows)?;
+            let pads = model.nodes.iter().filter(|node| node.op_is::<PlannedPad>());
+            pads_left.set(pads.count());
+            Ok(im2cols)
+        });
+        (tract, planned, im2cols, pads_left.get())
     }
 
     #[test]
-    fn a_planned_im2col_gives_tracts_values_to_the_bit() {
+    fn a_planned_im2col_gives_tracts_values_to_the_bit_and_packs_the_pads_zeros() {
         let cases = [
             // 77 columns: panels that cross a row, and a last one part full.
             ([1, 3, 7, 11], 5, [3, 3], 1, [1, 1], [1, 1]),
+            // Rows of 40: panels inside the planes, and panels at their edges.
+            ([1, 2, 6, 40], 3, [3, 3], 1, [1, 1], [1, 1]),
             // More output channels than one of the kernel's row panels.
             ([1, 4, 12, 12], 40, [3, 3], 1, [1, 1], [1, 1]),
             ([1, 4, 9, 9], 8, [3, 3], 2, [1, 1], [2, 2]),
+            // Windows that reach over a whole plane and into the zeros past it.
+            ([1, 2, 4, 34], 3, [3, 3], 4, [1, 1], [4, 4]),
             ([1, 2, 10, 9], 16, [3, 3], 1, [2, 2], [1, 1]),
             ([1, 3, 8, 13], 7, [5, 3], 0, [1, 2], [1, 1]),
             ([1, 1, 5, 5], 1, [5, 5], 0, [1, 1], [1, 1]),
@@ -442,20 +614,59 @@ mod tests {
         for (input, outputs, kernel, padding, strides, dilations) in cases {
             let label =
                 format!("{input:?} {outputs} {kernel:?} {padding} {strides:?} {dilations:?}");
-            let (tract, planned, replaced) = both(
+            let (tract, planned, im2cols, pads_left) = both(
                 conv_model(input, outputs, kernel, padding, strides, dilations, 1),
                 input,
             );
-            assert_eq!(replaced, 1, "{label}");
+            assert_eq!((im2cols, pads_left), (1, 0), "{label}");
             assert_same_bits(&tract, &planned, &label);
         }
+    }
+
+    #[test]
+    fn channels_joined_then_padded_are_packed_from_their_parts() {
+        let input = [1, 2, 5, 30];
+        let mut model = TypedModel::default();
+        let x = model.add_source("x", f32::fact(input)).unwrap();
+        let values: Vec<f32> = (0..3 * 5 * 30).map(|i| (i % 13) as f32 - 6.0).collect();
+        let other = model
+            .add_const(
+                "other",
+                Tensor::from_shape(&[1, 3, 5, 30], &values).unwrap(),
+            )
+            .unwrap();
+        let joined = model
+            .wire_node("join", TypedConcat { axis: 1 }, &[other, x])
+            .unwrap();
+        let conv = wire_conv(&mut model, joined[0], 4, [3, 3], 1, [1, 1], [1, 1], 1);
+        model.select_output_outlets(&[conv]).unwrap();
+        let (tract, planned, im2cols, pads_left) = both(model, input);
+        assert_eq!((im2cols, pads_left), (1, 0));
+        assert_same_bits(&tract, &planned, "joined");
+    }
+
+    #[test]
+    fn a_pad_read_by_more_than_the_im2col_is_kept() {
+        let input = [1, 2, 6, 20];
+        let mut model = TypedModel::default();
+        let x = model.add_source("x", f32::fact(input)).unwrap();
+        let pad = Pad {
+            pads: vec![(0, 0), (0, 0), (1, 2), (2, 1)],
+            mode: PadMode::Constant(rctensor0(0f32)),
+        };
+        let padded = model.wire_node("pad", pad, &[x]).unwrap()[0];
+        let conv = wire_conv(&mut model, padded, 3, [3, 3], 0, [1, 1], [1, 1], 1);
+        model.select_output_outlets(&[conv, padded]).unwrap();
+        let (tract, planned, im2cols, pads_left) = both(model, input);
+        assert_eq!((im2cols, pads_left), (1, 1));
+        assert_same_bits(&tract, &planned, "read twice");
     }
 
     #[test]
     fn a_grouped_convolution_is_left_to_tract() {
         let input = [1, 4, 6, 6];
         let grouped = conv_model(input, 4, [3, 3], 1, [1, 1], [1, 1], 2);
-        let (tract, planned, replaced) = both(grouped, input);
-        assert_eq!((replaced, &tract), (0, &planned));
+        let (tract, planned, im2cols, _) = both(grouped, input);
+        assert_eq!((im2cols, &tract), (0, &planned));
     }
 }

@@ -6,6 +6,10 @@
 //! Where the padded tensor is a Concat of channels made for that pad
 //! alone, the planned pad copies the Concat's inputs in place itself, so
 //! the joined tensor is never made (a decoder stage's input in U2Net).
+//! A pad that only its convolution's im2col reads is then taken into that
+//! im2col (im2col.rs), so the padded tensor is never made either; the
+//! planned pad runs where the im2col is not cutout's (MODNet's depthwise
+//! convolutions).
 
 use super::planes::plane_by_plane;
 use super::put_in_place;
@@ -98,9 +102,9 @@ fn planned_pad(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Plann
 /// (most often one): `rows` above and below, `columns` left and right.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedPad {
-    inputs: Vec<[usize; 4]>,
-    rows: (usize, usize),
-    columns: (usize, usize),
+    pub(super) inputs: Vec<[usize; 4]>,
+    pub(super) rows: (usize, usize),
+    pub(super) columns: (usize, usize),
 }
 
 impl PlannedPad {
