@@ -1,13 +1,14 @@
 //! The pure-Rust engine: tract-onnx. The model is parsed once; an optimised
-//! plan is built once per input shape and shared by every worker. Three of
+//! plan is built once per input shape and shared by every worker. Four of
 //! tract's operators are replaced in the plan by cutout's, which give
-//! tract's values to the bit: `resize` and `pad` (which also takes in the
-//! Concat before it) run a plane per core, and `im2col` packs a
-//! convolution's input for its matrix product a run of neighbouring values
-//! at a time, writing the zeros of the pad before it itself. Before tract optimises, `split` cuts a convolution over very
-//! many channels into parts whose sum differs from tract's in the last bits,
-//! and `norm` puts one operator in place of MODNet's IBNorm, whose instance
-//! norms also differ in the last bits.
+//! tract's values to the bit: `resize`, `pad` (which also takes in the
+//! Concat before it) and `pool` (2 × 2 max pools of stride 2) run a plane
+//! per core, and `im2col` packs a convolution's input for its matrix
+//! product a run of neighbouring values at a time, writing the zeros of the
+//! pad before it itself. Before tract optimises, `split` cuts a convolution
+//! over very many channels into parts whose sum differs from tract's in the
+//! last bits, and `norm` puts one operator in place of MODNet's IBNorm,
+//! whose instance norms also differ in the last bits.
 
 // tract hands an im2col input its panel buffer as a raw pointer.
 #[allow(unsafe_code)]
@@ -17,6 +18,7 @@ mod pad;
 // The planned operators' output is written without being zeroed first.
 #[allow(unsafe_code)]
 mod planes;
+mod pool;
 mod resize;
 mod split;
 
@@ -107,6 +109,7 @@ impl TractEngine {
             .enter(|| typed.into_optimized())?;
         pad::plan_pads(&mut optimised)?;
         im2col::plan_im2cols(&mut optimised, &windows)?;
+        pool::plan_max_pools(&mut optimised)?;
         let plan = optimised.into_runnable()?;
         let mut plans = self.plans.lock().unwrap();
         if plans.len() >= MAX_CACHED_PLANS {
