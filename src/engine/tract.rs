@@ -11,6 +11,7 @@
 //! whose instance norms also differ in the last bits.
 
 // tract hands an im2col input its panel buffer as a raw pointer.
+mod fuse;
 #[allow(unsafe_code)]
 mod im2col;
 mod norm;
@@ -107,6 +108,7 @@ impl TractEngine {
         // quarter (BENCHMARKS.md, "tract").
         let mut optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
             .enter(|| typed.into_optimized())?;
+        fuse::fuse_scalar_ops(&mut optimised)?;
         pad::plan_pads(&mut optimised)?;
         im2col::plan_im2cols(&mut optimised, &windows)?;
         pool::plan_max_pools(&mut optimised)?;
