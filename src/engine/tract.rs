@@ -48,7 +48,10 @@ type Plan = Arc<TypedRunnableModel>;
 const MAX_CACHED_PLANS: usize = 6;
 
 pub struct TractEngine {
-    model: InferenceModel,
+    /// Kept to plan each new input size; a fixed-size model's one plan is
+    /// made at load, and its parsed model (IS-Net's 88 MB of fp16
+    /// weights) dropped.
+    model: Option<InferenceModel>,
     fp16: bool,
     plans: Mutex<HashMap<(u32, u32), Plan>>,
 }
@@ -71,14 +74,15 @@ impl TractEngine {
             .first()
             .context("the model has no output")?;
         model.select_output_outlets(&[first])?;
-        let engine = TractEngine {
-            model,
+        let mut engine = TractEngine {
+            model: Some(model),
             fp16: spec.fp16,
             plans: Mutex::default(),
         };
         // Fixed-size models get their one plan now, so the first request is not slow.
         if let Some((width, height)) = spec.input.fixed_size() {
             engine.plan(width, height)?;
+            engine.model = None;
         }
         Ok(engine)
     }
@@ -88,8 +92,11 @@ impl TractEngine {
             return Ok(plan.clone());
         }
         let shape = [1, 3, height as usize, width as usize];
-        let mut typed = self
-            .model
+        let model = self.model.as_ref().with_context(|| {
+            let sizes: Vec<_> = self.plans.lock().unwrap().keys().copied().collect();
+            format!("the model was planned for {sizes:?} only, not {width}x{height}")
+        })?;
+        let mut typed = model
             .clone()
             .with_input_fact(0, f32::fact(shape).into())?
             // Some graphs declare symbolic output dims that analysis cannot resolve.

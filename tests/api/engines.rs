@@ -91,6 +91,24 @@ fn tract_and_onnxruntime_give_the_same_matte_on_every_dev_photo() {
     }
 }
 
+#[test]
+fn a_fixed_size_model_on_tract_runs_at_its_size_and_refuses_others() {
+    let spec = Manifest::builtin().require(Some("u2netp")).unwrap().clone();
+    let (width, height) = spec.input.fixed_size().unwrap();
+    let tract = load(&spec, EngineKind::Tract);
+    let input = |w: u32, h: u32| vec![0.5; (3 * w * h) as usize];
+    let matte = tract.run(input(width, height), width, height).unwrap();
+    assert_eq!(matte.len(), (width * height) as usize);
+    // Planned at load, its parsed model dropped: no other size is planned.
+    let error = tract.run(input(64, 64), 64, 64).unwrap_err();
+    assert!(
+        format!("{error:#}").contains(&format!(
+            "planned for [({width}, {height})] only, not 64x64"
+        )),
+        "{error:#}"
+    );
+}
+
 fn on_onnxruntime(library: Option<PathBuf>) -> TestApp {
     spawn_app_with(EngineSource::Load, |s| {
         s.model = Some("u2netp".into());
