@@ -7,9 +7,9 @@
 //! alone, the planned pad copies the Concat's inputs in place itself, so
 //! the joined tensor is never made (a decoder stage's input in U2Net).
 //! A pad that only its convolution's im2col reads is then taken into that
-//! im2col (im2col.rs), so the padded tensor is never made either; the
-//! planned pad runs where the im2col is not cutout's (MODNet's depthwise
-//! convolutions).
+//! im2col (im2col.rs), so the padded tensor is never made either: in the
+//! three models every pad is. The planned pad runs where a pad has other
+//! readers, or its im2col stays tract's (a grouped convolution's).
 
 use super::planes::plane_by_plane;
 use super::put_in_place;
