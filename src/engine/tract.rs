@@ -242,6 +242,12 @@ fn patch_each(
     Ok(applied)
 }
 
+/// Whether `outlet` is read by one node alone, and is no output of the
+/// model: a tensor that node may take in, so that it is never made.
+fn read_once(model: &TypedModel, outlet: OutletId) -> TractResult<bool> {
+    Ok(model.outlet_successors(outlet).len() == 1 && !model.output_outlets()?.contains(&outlet))
+}
+
 /// `model`'s output on an input of `shape` as tract plans it, and after
 /// `plan` put cutout's operators in; and how many `plan` put in.
 #[cfg(test)]

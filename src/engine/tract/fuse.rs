@@ -9,6 +9,7 @@
 //! ReLUs took 18 ms of a 1.8 s run, U2NetP's 101 took 6 of 280
 //! (BENCHMARKS.md, "ReLUs in the product").
 
+use super::read_once;
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::binary::OptBinByScalar;
 use tract_onnx::tract_core::ops::change_axes::IntoShape;
@@ -30,11 +31,6 @@ pub(super) fn fuse_scalar_ops(model: &mut TypedModel) -> TractResult<usize> {
         }
     }
     Ok(fused)
-}
-
-/// Whether `outlet` is read by one node alone, and is no output of the model.
-fn read_once(model: &TypedModel, outlet: OutletId) -> TractResult<bool> {
-    Ok(model.outlet_successors(outlet).len() == 1 && !model.output_outlets()?.contains(&outlet))
 }
 
 /// For node `id`, an operation with a scalar on a reshaped matrix product

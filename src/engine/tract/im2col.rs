@@ -13,7 +13,7 @@
 //! same places, so the matrix product's sums are tract's to the bit.
 
 use super::pad::PlannedPad;
-use super::patch_each;
+use super::{patch_each, read_once};
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
@@ -124,8 +124,7 @@ fn planned_im2col(
         return Ok(None);
     }
     let padded = model.node(node.inputs[0].node);
-    let alone = model.outlet_successors(node.inputs[0]).len() == 1
-        && !model.output_outlets()?.contains(&node.inputs[0]);
+    let alone = read_once(model, node.inputs[0])?;
     let (inputs, padding, read) = match padded.op_as::<PlannedPad>() {
         Some(pad) if alone => (
             pad.inputs.clone(),

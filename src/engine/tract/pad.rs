@@ -12,7 +12,7 @@
 //! readers, or its im2col stays tract's (a grouped convolution's).
 
 use super::planes::plane_by_plane;
-use super::put_in_place;
+use super::{put_in_place, read_once};
 use std::mem::MaybeUninit;
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::array::{Pad, PadMode, TypedConcat};
@@ -38,8 +38,7 @@ fn join_concats(model: &mut TypedModel) -> TractResult<usize> {
         let concatenated = node.inputs[0];
         let concat = model.node(concatenated.node);
         if concat.op_as::<TypedConcat>().is_none_or(|op| op.axis != 1)
-            || model.outlet_successors(concatenated).len() != 1
-            || model.output_outlets()?.contains(&concatenated)
+            || !read_once(model, concatenated)?
         {
             continue;
         }
