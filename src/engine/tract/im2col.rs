@@ -163,8 +163,6 @@ struct Im2col {
     /// Each kernel tap's place in the window, in rows and columns, by
     /// kernel row then kernel column.
     taps: Vec<[usize; 2]>,
-    /// The last tap's place: how far the window reaches.
-    reach: [usize; 2],
     strides: [usize; 2],
     /// Zeros above and left of each plane.
     padding: [usize; 2],
@@ -224,7 +222,6 @@ impl Im2col {
             channels,
             size,
             taps,
-            reach,
             strides,
             padding: [padding[0].0, padding[1].0],
             out,
@@ -250,10 +247,12 @@ impl Im2col {
     /// Whether a window at `corner`, and `more` columns right of it, lies
     /// inside the planes.
     fn inside(&self, [top, left]: [isize; 2], more: usize) -> bool {
+        // The last tap is how far the window reaches.
+        let [down, right] = self.taps.last().copied().unwrap_or_default();
         top >= 0
             && left >= 0
-            && top as usize + self.reach[0] < self.size[0]
-            && left as usize + self.reach[1] + more < self.size[1]
+            && top as usize + down < self.size[0]
+            && left as usize + right + more < self.size[1]
     }
 }
 
