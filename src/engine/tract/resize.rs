@@ -57,11 +57,7 @@ fn planned_resize(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Pl
         if plan.extrapolated.contains(&true) {
             return Ok(None);
         }
-        *taps = Some(Taps {
-            window: plan.window,
-            indices: plan.indices,
-            weights: plan.weights,
-        });
+        *taps = Some(Taps::new(plan.window, &plan.indices, &plan.weights));
     }
     let [rows, columns] = taps;
     Ok(Some(PlannedResize {
@@ -72,23 +68,42 @@ fn planned_resize(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Pl
     }))
 }
 
-/// Where each output line along one axis reads, and with what weights.
+/// Where each output line along one axis reads, and with what weights:
+/// line `i`'s taps are `taps[starts[i]..starts[i + 1]]`, in tract's order,
+/// those of weight 0 left out as tract leaves them (0 × ∞ would be NaN).
 #[derive(Debug, Clone, PartialEq)]
 struct Taps {
-    window: usize,
-    indices: Vec<usize>,
-    weights: Vec<f32>,
+    starts: Vec<usize>,
+    taps: Vec<(usize, f32)>,
+    /// Whether every line reads two (a linear resize that reads between
+    /// lines throughout, as up-sampling does).
+    two_each: bool,
 }
 
 impl Taps {
-    fn of(&self, out: usize) -> impl Iterator<Item = (usize, f32)> + '_ {
-        let taps = out * self.window..(out + 1) * self.window;
-        self.indices[taps.clone()]
-            .iter()
-            .copied()
-            .zip(self.weights[taps].iter().copied())
-            // As tract: a tap of weight 0 is not read (0 × ∞ would be NaN).
-            .filter(|&(_, weight)| weight != 0.0)
+    fn new(window: usize, indices: &[usize], weights: &[f32]) -> Taps {
+        let mut starts = vec![0];
+        let mut taps = Vec::with_capacity(indices.len());
+        for (indices, weights) in indices.chunks(window).zip(weights.chunks(window)) {
+            let read = indices.iter().zip(weights).filter(|&(_, &weight)| weight != 0.0);
+            taps.extend(read.map(|(&index, &weight)| (index, weight)));
+            starts.push(taps.len());
+        }
+        let two_each = starts.iter().enumerate().all(|(line, &start)| start == 2 * line);
+        Taps {
+            starts,
+            taps,
+            two_each,
+        }
+    }
+
+    fn of(&self, line: usize) -> &[(usize, f32)] {
+        &self.taps[self.starts[line]..self.starts[line + 1]]
+    }
+
+    /// Each line's two taps, where every line reads two.
+    fn pairs(&self) -> Option<&[[(usize, f32); 2]]> {
+        self.two_each.then(|| self.taps.as_chunks::<2>().0)
     }
 }
 
@@ -106,31 +121,48 @@ pub struct PlannedResize {
 impl PlannedResize {
     /// One channel: each output row is first summed from the input rows it
     /// reads (whole rows, which vectorise), then resampled along its width.
+    /// Sums start from 0 and add each tap in turn, as tract's do: the two-tap
+    /// loops are the general ones unrolled, to the bit.
     fn resample_plane(&self, plane: &[f32], out: &mut [MaybeUninit<f32>], row: &mut [f32]) {
         let width = self.input[3];
+        let line = |source: usize| &plane[source * width..][..width];
         for (y, out_row) in out.chunks_exact_mut(self.output[1]).enumerate() {
             let row: &[f32] = match &self.rows {
-                Some(taps) => {
-                    row.fill(0.0);
-                    for (source, weight) in taps.of(y) {
-                        let source = &plane[source * width..][..width];
-                        for (sum, value) in row.iter_mut().zip(source) {
-                            *sum += weight * value;
+                Some(taps) => match taps.of(y) {
+                    &[(a, wa), (b, wb)] => {
+                        for ((sum, a), b) in row.iter_mut().zip(line(a)).zip(line(b)) {
+                            *sum = 0.0 + wa * a + wb * b;
                         }
+                        row
                     }
-                    row
-                }
-                None => &plane[y * width..][..width],
+                    taps => {
+                        row.fill(0.0);
+                        for &(source, weight) in taps {
+                            for (sum, value) in row.iter_mut().zip(line(source)) {
+                                *sum += weight * value;
+                            }
+                        }
+                        row
+                    }
+                },
+                None => line(y),
             };
             match &self.columns {
-                Some(taps) => {
-                    for (x, out) in out_row.iter_mut().enumerate() {
-                        out.write(
-                            taps.of(x)
-                                .fold(0.0, |sum, (source, weight)| sum + weight * row[source]),
-                        );
+                Some(taps) => match taps.pairs() {
+                    Some(pairs) => {
+                        for (out, &[(a, wa), (b, wb)]) in out_row.iter_mut().zip(pairs) {
+                            out.write(0.0 + wa * row[a] + wb * row[b]);
+                        }
                     }
-                }
+                    None => {
+                        for (x, out) in out_row.iter_mut().enumerate() {
+                            let taps = taps.of(x).iter();
+                            out.write(taps.fold(0.0, |sum, &(source, weight)| {
+                                sum + weight * row[source]
+                            }));
+                        }
+                    }
+                },
                 None => {
                     for (out, &value) in out_row.iter_mut().zip(row) {
                         out.write(value);
