@@ -394,30 +394,32 @@ impl PackedInput {
             .collect::<TractResult<TVec<_>>>()?;
         let planes = Planes { im2col, inputs };
         let corner = im2col.corner(first);
-        let side_by_side =
-            count == r && im2col.strides[1] == 1 && first % im2col.out[1] + r <= im2col.out[1];
-        // The kernels' widths (x86-64 and ARM): a copy of a known length
-        // is a few moves, of any other a call to memcpy.
-        match (side_by_side, r) {
-            (true, 4) => planes.runs::<4>(corner, panel),
-            (true, 6) => planes.runs::<6>(corner, panel),
-            (true, 8) => planes.runs::<8>(corner, panel),
-            (true, 12) => planes.runs::<12>(corner, panel),
-            (true, 16) => planes.runs::<16>(corner, panel),
-            _ => {
-                // Runs of the panel's columns that share an output row.
-                let mut runs = [([0isize; 2], 0usize); MAX_R];
-                let mut count_runs = 0;
-                let mut column = first;
-                while column < first + count {
-                    let length =
-                        (im2col.out[1] - column % im2col.out[1]).min(first + count - column);
-                    runs[count_runs] = (im2col.corner(column), length);
-                    count_runs += 1;
-                    column += length;
-                }
-                planes.gather(&runs[..count_runs], r, panel);
+        let stride = im2col.strides[1];
+        let in_one_row = count == r && first % im2col.out[1] + r <= im2col.out[1];
+        // The kernels' widths (x86-64 and ARM) and the common strides: a
+        // copy of a known length and stride is a few moves.
+        let copied = in_one_row
+            && match r {
+                3 => planes.runs_of::<3>(stride, corner, panel),
+                4 => planes.runs_of::<4>(stride, corner, panel),
+                6 => planes.runs_of::<6>(stride, corner, panel),
+                8 => planes.runs_of::<8>(stride, corner, panel),
+                12 => planes.runs_of::<12>(stride, corner, panel),
+                16 => planes.runs_of::<16>(stride, corner, panel),
+                _ => false,
+            };
+        if !copied {
+            // Runs of the panel's columns that share an output row.
+            let mut runs = [([0isize; 2], 0usize); MAX_R];
+            let mut count_runs = 0;
+            let mut column = first;
+            while column < first + count {
+                let length = (im2col.out[1] - column % im2col.out[1]).min(first + count - column);
+                runs[count_runs] = (im2col.corner(column), length);
+                count_runs += 1;
+                column += length;
             }
+            planes.gather(&runs[..count_runs], r, panel);
         }
         Ok(())
     }
@@ -448,17 +450,41 @@ impl Planes<'_> {
         }
     }
 
-    /// For each row, the `R` values from the window at `corner` rightwards
-    /// into the next `R` of `panel`.
-    fn runs<const R: usize>(&self, corner: [isize; 2], panel: &mut [MaybeUninit<f32>]) {
+    /// `runs::<R, stride>` where the stride is 1 or 2; false for any other.
+    fn runs_of<const R: usize>(
+        &self,
+        stride: usize,
+        corner: [isize; 2],
+        panel: &mut [MaybeUninit<f32>],
+    ) -> bool {
+        match stride {
+            1 => self.runs::<R, 1>(corner, panel),
+            2 => self.runs::<R, 2>(corner, panel),
+            _ => return false,
+        }
+        true
+    }
+
+    /// For each row, the `R` values from the window at `corner` rightwards,
+    /// `S` apart, into the next `R` of `panel`.
+    fn runs<const R: usize, const S: usize>(
+        &self,
+        corner: [isize; 2],
+        panel: &mut [MaybeUninit<f32>],
+    ) {
         let [height, width] = self.im2col.size;
-        if self.im2col.inside(corner, R - 1) {
-            // Every run lies inside its plane: one copy each.
+        // From a run's first value to its last.
+        let span = (R - 1) * S + 1;
+        let run = |row: &[f32]| -> [MaybeUninit<f32>; R] {
+            let row = &row[..span];
+            std::array::from_fn(|i| MaybeUninit::new(row[i * S]))
+        };
+        if self.im2col.inside(corner, span - 1) {
+            // Every run lies inside its plane.
             let base = corner[0] as usize * width + corner[1] as usize;
             return self.each_row(R, panel, |plane, [y, x], out| {
-                let run: &[f32; R] = plane[base + y * width + x..][..R].try_into().unwrap();
                 let out: &mut [MaybeUninit<f32>; R] = out.try_into().unwrap();
-                *out = run.map(MaybeUninit::new);
+                *out = run(&plane[base + y * width + x..]);
             });
         }
         let [top, left] = corner;
@@ -469,13 +495,13 @@ impl Planes<'_> {
             let x = left + x as isize;
             if y >= height {
                 *out = [MaybeUninit::new(0.0); R];
-            } else if x >= 0 && x as usize + R <= width {
-                let run: &[f32; R] = plane[y * width + x as usize..][..R].try_into().unwrap();
-                *out = run.map(MaybeUninit::new);
+            } else if x >= 0 && x as usize + span <= width {
+                *out = run(&plane[y * width + x as usize..]);
             } else {
                 let row = &plane[y * width..][..width];
                 *out = std::array::from_fn(|i| {
-                    MaybeUninit::new(row.get((x + i as isize) as usize).copied().unwrap_or(0.0))
+                    let x = (x + (i * S) as isize) as usize;
+                    MaybeUninit::new(row.get(x).copied().unwrap_or(0.0))
                 });
             }
         });
@@ -606,6 +632,11 @@ mod tests {
             // Windows that reach over a whole plane and into the zeros past it.
             ([1, 2, 4, 34], 3, [3, 3], 4, [1, 1], [4, 4]),
             ([1, 2, 10, 9], 16, [3, 3], 1, [2, 2], [1, 1]),
+            // Stride 2 over rows of 35 and 30 outputs: panels copied a
+            // stride apart, inside the planes and at their edges (IS-Net's
+            // first convolution: three channels to 64).
+            ([1, 3, 9, 70], 64, [3, 3], 1, [2, 2], [1, 1]),
+            ([1, 2, 8, 60], 16, [3, 3], 1, [2, 2], [1, 1]),
             ([1, 3, 8, 13], 7, [5, 3], 0, [1, 2], [1, 1]),
             ([1, 1, 5, 5], 1, [5, 5], 0, [1, 1], [1, 1]),
         ];
