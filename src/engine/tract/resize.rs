@@ -85,11 +85,17 @@ impl Taps {
         let mut starts = vec![0];
         let mut taps = Vec::with_capacity(indices.len());
         for (indices, weights) in indices.chunks(window).zip(weights.chunks(window)) {
-            let read = indices.iter().zip(weights).filter(|&(_, &weight)| weight != 0.0);
+            let read = indices
+                .iter()
+                .zip(weights)
+                .filter(|&(_, &weight)| weight != 0.0);
             taps.extend(read.map(|(&index, &weight)| (index, weight)));
             starts.push(taps.len());
         }
-        let two_each = starts.iter().enumerate().all(|(line, &start)| start == 2 * line);
+        let two_each = starts
+            .iter()
+            .enumerate()
+            .all(|(line, &start)| start == 2 * line);
         Taps {
             starts,
             taps,
@@ -157,9 +163,9 @@ impl PlannedResize {
                     None => {
                         for (x, out) in out_row.iter_mut().enumerate() {
                             let taps = taps.of(x).iter();
-                            out.write(taps.fold(0.0, |sum, &(source, weight)| {
-                                sum + weight * row[source]
-                            }));
+                            out.write(
+                                taps.fold(0.0, |sum, &(source, weight)| sum + weight * row[source]),
+                            );
                         }
                     }
                 },
