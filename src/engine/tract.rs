@@ -7,11 +7,13 @@
 //! product a run of neighbouring values at a time, writing the zeros of the
 //! pad before it itself. Before tract optimises, `split` cuts a convolution
 //! over very many channels into parts whose sum differs from tract's in the
-//! last bits, and `norm` puts one operator in place of MODNet's IBNorm,
-//! whose instance norms also differ in the last bits.
+//! last bits, `norm` puts one operator in place of MODNet's IBNorm, whose
+//! instance norms also differ in the last bits, and `direct` has tract run
+//! the thin convolutions (a first layer, a side output) without im2col.
 
-// tract hands an im2col input its panel buffer as a raw pointer.
+mod direct;
 mod fuse;
+// tract hands an im2col input its panel buffer as a raw pointer.
 #[allow(unsafe_code)]
 mod im2col;
 mod norm;
@@ -109,10 +111,11 @@ impl TractEngine {
         resize::plan_resizes(&mut typed)?;
         split::split_deep_convs(&mut typed)?;
         norm::plan_norms(&mut typed)?;
+        direct::plan_direct_convs(&mut typed)?;
         let windows = im2col::conv_windows(&typed);
-        // Every convolution as im2col and a matrix product: tract's direct
-        // spatial convolution was slower on each model, IS-Net's run by a
-        // quarter (BENCHMARKS.md, "tract").
+        // Every other convolution as im2col and a matrix product: tract's
+        // direct spatial convolution for all it takes was slower on each
+        // model, IS-Net's run by a quarter (BENCHMARKS.md, "tract").
         let mut optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
             .enter(|| typed.into_optimized())?;
         fuse::fuse_scalar_ops(&mut optimised)?;
