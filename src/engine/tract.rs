@@ -118,7 +118,7 @@ impl TractEngine {
         // model, IS-Net's run by a quarter (BENCHMARKS.md, "tract").
         let mut optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
             .enter(|| typed.into_optimized())?;
-        fuse::fuse_scalar_ops(&mut optimised)?;
+        fuse::fuse_after_convs(&mut optimised)?;
         pad::plan_pads(&mut optimised)?;
         im2col::plan_im2cols(&mut optimised, &windows)?;
         pool::plan_max_pools(&mut optimised)?;
@@ -323,8 +323,10 @@ fn wire_conv(
     // In the input's type: f32, or f16 for an fp16 model.
     let [weights, bias] = [weights, tensor1(&bias)]
         .map(|values| values.cast_to_dt(fact.datum_type).unwrap().into_owned());
-    let weights = model.add_const("weights", weights).unwrap();
-    let bias = model.add_const("bias", bias).unwrap();
+    // Named apart, so a model may have several.
+    let name = format!("conv{}", model.nodes.len());
+    let weights = model.add_const(format!("{name}.weights"), weights).unwrap();
+    let bias = model.add_const(format!("{name}.bias"), bias).unwrap();
     let conv = Conv {
         pool_spec: PoolSpec {
             data_format: DataFormat::NCHW,
@@ -339,7 +341,7 @@ fn wire_conv(
         group,
         q_params: None,
     };
-    model.wire_node("conv", conv, &[x, weights, bias]).unwrap()[0]
+    model.wire_node(name, conv, &[x, weights, bias]).unwrap()[0]
 }
 
 /// Asserts that `planned` is `tract`'s output to the bit.

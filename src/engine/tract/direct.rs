@@ -8,7 +8,7 @@
 //! which fill one row of 8 or 16). tract's direct convolution runs those
 //! two about twice as fast, and every other convolution of these models
 //! slower, so it is asked for these alone (BENCHMARKS.md, "Thin
-//! convolutions"). Its sums run in another order: the outputs differ from
+//! convolutions and residual sums"). Its sums run in another order: the outputs differ from
 //! im2col's in the last bits.
 
 use super::patch_each;
