@@ -78,6 +78,11 @@ struct Taps {
     /// Whether every line reads two (a linear resize that reads between
     /// lines throughout, as up-sampling does).
     two_each: bool,
+    /// Where the lines double, line `2i` reading `i - 1` and `i` and line
+    /// `2i + 1` reading `i` and `i + 1` with the same four weights all
+    /// along but for two lines at each end (a linear resize to twice the
+    /// size): those weights.
+    doubling: Option<[f32; 4]>,
 }
 
 impl Taps {
@@ -96,11 +101,28 @@ impl Taps {
             .iter()
             .enumerate()
             .all(|(line, &start)| start == 2 * line);
-        Taps {
+        let mut taps = Taps {
             starts,
             taps,
             two_each,
-        }
+            doubling: None,
+        };
+        taps.doubling = taps.doubling_weights();
+        taps
+    }
+
+    fn doubling_weights(&self) -> Option<[f32; 4]> {
+        let pairs = self.pairs()?;
+        // Lines 2i and 2i + 1 for i from 1 to `inner`.
+        let inner = (pairs.len() % 2 == 0)
+            .then_some(pairs.len() / 2)?
+            .checked_sub(2)?;
+        let [(_, a), (_, b)] = *pairs.get(2)?;
+        let [(_, c), (_, d)] = *pairs.get(3)?;
+        let doubles = (1..=inner).all(|i| {
+            pairs[2 * i] == [(i - 1, a), (i, b)] && pairs[2 * i + 1] == [(i, c), (i + 1, d)]
+        });
+        (inner > 0 && doubles).then_some([a, b, c, d])
     }
 
     fn of(&self, line: usize) -> &[(usize, f32)] {
@@ -156,8 +178,23 @@ impl PlannedResize {
             match &self.columns {
                 Some(taps) => match taps.pairs() {
                     Some(pairs) => {
-                        for (out, &[(a, wa), (b, wb)]) in out_row.iter_mut().zip(pairs) {
-                            out.write(0.0 + wa * row[a] + wb * row[b]);
+                        let lines = out_row.len();
+                        let ends = match taps.doubling {
+                            // Each three neighbours make two lines: no
+                            // taps read, and the loop vectorises.
+                            Some([a, b, c, d]) => {
+                                let middle = out_row[2..lines - 2].chunks_exact_mut(2);
+                                for (out, three) in middle.zip(row.windows(3)) {
+                                    out[0].write(0.0 + a * three[0] + b * three[1]);
+                                    out[1].write(0.0 + c * three[1] + d * three[2]);
+                                }
+                                [0..2, lines - 2..lines]
+                            }
+                            None => [0..lines, lines..lines],
+                        };
+                        for x in ends.into_iter().flatten() {
+                            let [(a, wa), (b, wb)] = pairs[x];
+                            out_row[x].write(0.0 + wa * row[a] + wb * row[b]);
                         }
                     }
                     None => {
@@ -274,6 +311,12 @@ mod tests {
             ),
             (Interpolator::Linear, HalfPixel, [1, 4, 9, 5], [1, 4, 4, 5]),
             (
+                Interpolator::Linear,
+                HalfPixel,
+                [1, 2, 5, 9],
+                [1, 2, 10, 18],
+            ),
+            (
                 Interpolator::Cubic,
                 Asymmetric,
                 [1, 1, 6, 6],
@@ -287,6 +330,26 @@ mod tests {
             assert_eq!(replaced, 1, "{label}");
             assert_same_bits(&tract, &planned, &label);
         }
+    }
+
+    #[test]
+    fn a_linear_resize_to_twice_the_width_is_read_as_a_doubling() {
+        let doubling = |from: usize, to: usize| {
+            let resize = Resize {
+                coord_transformer: CoordTransformer::HalfPixel,
+                interpolator: Interpolator::Linear,
+                nearest: Nearest::Floor,
+                optional_scales_input: None,
+                optional_sizes_input: None,
+            };
+            let plan = resize.plan_axis(to as f32 / from as f32, from, to);
+            Taps::new(plan.window, &plan.indices, &plan.weights).doubling
+        };
+        assert_eq!(doubling(8, 16), Some([0.25, 0.75, 0.75, 0.25]));
+        assert_eq!(doubling(3, 6), Some([0.25, 0.75, 0.75, 0.25]));
+        assert_eq!(doubling(2, 4), None, "no line between the ends");
+        assert_eq!(doubling(8, 15), None);
+        assert_eq!(doubling(8, 24), None);
     }
 
     #[test]
