@@ -26,7 +26,8 @@ use tract_onnx::tract_core::ops::matmul::optimized::{
 
 /// Fuses into its matrix product each operation with a scalar, and each
 /// sum with a tensor of the output's shape, that follows a product's
-/// reshape, chains of them included; returns how many were fused.
+/// reshape, chains of them included; returns how many were taken in (or,
+/// an operation tract would not fuse, moved before the reshape).
 pub(super) fn fuse_after_convs(model: &mut TypedModel) -> TractResult<usize> {
     let mut fused = 0;
     for id in 0..model.nodes.len() {
@@ -92,22 +93,20 @@ fn split_chain(
     let node = model.node(id);
     let mut patch = TypedModelPatch::default();
     let mut wire = patch.tap_model(model, node.inputs[0])?;
-    let mut names = vec![];
+    let first = format!("{}.step-0", node.name);
     for (index, (step, &operand)) in chain.steps.iter().zip(&node.inputs[1..]).enumerate() {
         let operand = patch.tap_model(model, operand)?;
-        let name = format!("{}.step-{index}", node.name);
         let op = TypedBinOp(step.binop.clone(), None);
-        wire = patch.wire_node(&name, op, &[wire, operand])?[0];
-        names.push(name);
+        wire = patch.wire_node(format!("{}.step-{index}", node.name), op, &[wire, operand])?[0];
     }
     patch.shunt_outside(model, id.into(), wire)?;
     patch.apply(model)?;
-    Ok(Some(model.node_id_by_name(&names[0])?))
+    Ok(Some(model.node_id_by_name(&first)?))
 }
 
 /// Node `id`, an operation with a scalar on a reshaped product, moved
 /// before the reshape and fused into the product by tract: Some(the node
-/// after the reshape) where it was fused.
+/// after the reshape), or Some(None) where tract would not fuse it.
 fn fused_with_scalar(model: &mut TypedModel, id: usize) -> TractResult<Option<Option<usize>>> {
     let node = model.node(id);
     let with_scalar = (node.op_is::<OptBinByScalar>() || node.op_is::<TypedBinOp>())
@@ -132,7 +131,7 @@ fn fused_with_scalar(model: &mut TypedModel, id: usize) -> TractResult<Option<Op
     // values, and nothing more to fuse after it.
     let product_node = model.node(product);
     let Some(fusion) = product_node.op.fuse(model, product_node)? else {
-        return Ok(None);
+        return Ok(Some(None));
     };
     fusion.apply(model)?;
     Ok(Some(after))
