@@ -68,15 +68,22 @@ fn reshaped_product(model: &TypedModel, id: usize, slot: usize) -> TractResult<O
     Ok(Some([product.node, reshape.id]))
 }
 
-/// Applies `patch`, which leaves a reshape named `reshape` after a
-/// product; returns the node after that reshape, where one alone reads it.
-fn apply_before(
+/// Wires the reshape `reshape` after `wire` in `patch`, in place of node
+/// `id`'s output, and applies the patch; returns the node after the new
+/// reshape, where one alone reads it.
+fn apply_reshaped(
     model: &mut TypedModel,
-    patch: TypedModelPatch,
-    reshape: &str,
+    mut patch: TypedModelPatch,
+    id: usize,
+    reshape: usize,
+    wire: OutletId,
 ) -> TractResult<Option<usize>> {
+    let reshape = model.node(reshape);
+    let name = format!("{}.after", reshape.name);
+    let reshaped = patch.wire_node(&name, reshape.op.clone(), &[wire])?;
+    patch.shunt_outside(model, id.into(), reshaped[0])?;
     patch.apply(model)?;
-    let after = &model.node_by_name(reshape)?.outputs[0].successors;
+    let after = &model.node_by_name(&name)?.outputs[0].successors;
     Ok((after.len() == 1).then(|| after[0].node))
 }
 
@@ -121,12 +128,8 @@ fn fused_with_scalar(model: &mut TypedModel, id: usize) -> TractResult<Option<Op
         patch.tap_model(model, node.inputs[1])?,
     ];
     let name = format!("{}.before-reshape", node.name);
-    let applied = patch.wire_node(name, node.op.clone(), &taps)?;
-    let reshape = model.node(reshape);
-    let name = format!("{}.after", reshape.name);
-    let moved = patch.wire_node(&name, reshape.op.clone(), &applied)?;
-    patch.shunt_outside(model, id.into(), moved[0])?;
-    let after = apply_before(model, patch, &name)?;
+    let applied = patch.wire_node(name, node.op.clone(), &taps)?[0];
+    let after = apply_reshaped(model, patch, id, reshape, applied)?;
     // Where tract does not fuse it, it stays before the reshape: the same
     // values, and nothing more to fuse after it.
     let product_node = model.node(product);
@@ -151,12 +154,14 @@ fn fused_sum(model: &mut TypedModel, id: usize) -> TractResult<Option<Option<usi
     if !is_sum || node.inputs.len() != 2 {
         return Ok(None);
     }
-    let Some((slot, [product, reshape])) = (0..2).find_map(|slot| {
-        reshaped_product(model, id, slot)
-            .ok()
-            .flatten()
-            .map(|nodes| (slot, nodes))
-    }) else {
+    let mut found = None;
+    for slot in 0..2 {
+        if let Some(nodes) = reshaped_product(model, id, slot)? {
+            found = Some((slot, nodes));
+            break;
+        }
+    }
+    let Some((slot, [product, reshape])) = found else {
         return Ok(None);
     };
     let operand = node.inputs[1 - slot];
@@ -199,12 +204,8 @@ fn fused_sum(model: &mut TypedModel, id: usize) -> TractResult<Option<Option<usi
     let mut patch = TypedModelPatch::default();
     let mut inputs = patch.taps(model, &product_node.inputs)?;
     inputs.push(patch.tap_model(model, operand)?);
-    let wire = patch.wire_node(format!("{}.summed", product_node.name), summed, &inputs)?;
-    let reshape = model.node(reshape);
-    let name = format!("{}.after", reshape.name);
-    let reshaped = patch.wire_node(&name, reshape.op.clone(), &wire)?;
-    patch.shunt_outside(model, id.into(), reshaped[0])?;
-    Ok(Some(apply_before(model, patch, &name)?))
+    let wire = patch.wire_node(format!("{}.summed", product_node.name), summed, &inputs)?[0];
+    Ok(Some(apply_reshaped(model, patch, id, reshape, wire)?))
 }
 
 #[cfg(test)]
