@@ -10,12 +10,18 @@
 //! first; where that pad is the im2col's alone, `PlannedIm2col` reads the
 //! pad's input instead and writes the zeros itself (IS-Net's 116 pads took
 //! 10% of a run, BENCHMARKS.md, "Pads packed in"). Same values in the
-//! same places, so the matrix product's sums are tract's to the bit.
+//! same places, so the matrix product's sums are tract's to the bit. Each
+//! thread keeps the panels it packed last (`RecentPanels`): tract asks for
+//! the same panel again and again where a convolution's weights do not fit
+//! in L2.
 
 use super::pad::PlannedPad;
 use super::{patch_each, read_once};
+use std::alloc::Layout;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tract_linalg::mmm::{EagerPackedInput, MMMInputFormat, MMMInputValue, PackedMatrixStorage};
 use tract_linalg::pack::PackedFormat;
@@ -332,10 +338,7 @@ impl EvalOp for PlannedIm2col {
             "planned for f32 inputs of {:?}",
             self.inputs
         );
-        let packed = PackedInput {
-            inputs,
-            im2col: self.im2col.clone(),
-        };
+        let packed = PackedInput::new(inputs, self.im2col.clone());
         let storage = PackedMatrixStorage::new_batched(&[1, 1], tvec!(Box::new(packed) as _));
         Ok(tvec!(storage.into_tensor(f32::datum_type()).into_tvalue()))
     }
@@ -356,6 +359,8 @@ impl TypedOp for PlannedIm2col {
 /// product asks: for each row, the `r` columns' values side by side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PackedInput {
+    /// Tells this run's panels from every other's in `RECENT`.
+    id: u64,
     inputs: TVec<TValue>,
     im2col: Arc<Im2col>,
 }
@@ -377,6 +382,14 @@ impl std::fmt::Display for PackedInput {
 }
 
 impl PackedInput {
+    fn new(inputs: TVec<TValue>, im2col: Arc<Im2col>) -> PackedInput {
+        PackedInput {
+            id: NEXT_INPUT_ID.fetch_add(1, Ordering::Relaxed),
+            inputs,
+            im2col,
+        }
+    }
+
     /// Writes panel `index` into `panel` (`r` values for each row).
     fn pack(&self, index: usize, panel: &mut [MaybeUninit<f32>]) -> TractResult<()> {
         let im2col = &*self.im2col;
@@ -422,6 +435,140 @@ impl PackedInput {
             planes.gather(&runs[..count_runs], r, panel);
         }
         Ok(())
+    }
+}
+
+static NEXT_INPUT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// tract's blocks are at most 16 panels a side.
+const MAX_RECENT: usize = 16;
+
+/// Room for this thread's recent panels (at least two are kept, whatever
+/// their size): tract's budget for a block, a third of the core's share
+/// of L2, which holds all the column panels it will ask for again.
+fn recent_bytes() -> usize {
+    let cache = tract_linalg::cache::cache_info();
+    match cache.l2 / cache.l2_sharers_or_one() {
+        0 => 256 << 10,
+        l2 => (l2 / 3).clamp(64 << 10, 64 << 20),
+    }
+}
+
+thread_local! {
+    static RECENT: RefCell<RecentPanels> = const { RefCell::new(RecentPanels::new()) };
+}
+
+/// The panels this thread packed last, the latest first. tract runs a
+/// product whose weights do not fit in L2 in blocks: a few column panels
+/// against one block of weight rows, then the same column panels against
+/// the next block, and asks for each panel again each time. IS-Net's
+/// 512-channel convolutions were packed 16 times over (BENCHMARKS.md,
+/// "Panels packed once"). Until a product asks for a panel again, one is
+/// kept, in the same place, as tract's own buffer was: a ring of them cost
+/// the products that never ask again about what it saved. tract only holds
+/// a panel's address until it asks for the next, on the same thread, so
+/// any but the latest may be reused.
+struct RecentPanels {
+    panels: Vec<RecentPanel>,
+    /// The product asking now (its input's id), and the furthest panel it
+    /// asked this thread for.
+    input: u64,
+    furthest: usize,
+    /// How many panels to keep for it: one, until it goes back.
+    room: usize,
+}
+
+struct RecentPanel {
+    input: u64,
+    index: usize,
+    layout: Layout,
+    panel: *mut u8,
+}
+
+impl RecentPanels {
+    const fn new() -> RecentPanels {
+        RecentPanels {
+            panels: Vec::new(),
+            input: u64::MAX,
+            furthest: 0,
+            room: 1,
+        }
+    }
+
+    fn panel(&mut self, input: &PackedInput, index: usize) -> TractResult<*const u8> {
+        let layout = input
+            .im2col
+            .packer
+            .single_panel_layout(input.k(), size_of::<f32>());
+        if self.input != input.id {
+            (self.input, self.furthest, self.room) = (input.id, index, 1);
+        }
+        let panels = &mut self.panels;
+        if let Some(found) = panels
+            .iter()
+            .position(|p| p.input == input.id && p.index == index)
+        {
+            panels[..=found].rotate_right(1);
+            return Ok(panels[0].panel);
+        }
+        if index < self.furthest {
+            self.room = (recent_bytes() / layout.size().max(1)).clamp(2, MAX_RECENT);
+        }
+        self.furthest = self.furthest.max(index);
+        panels.truncate(self.room);
+        let mut reused = if panels.len() == self.room {
+            panels.pop()
+        } else {
+            None
+        };
+        if reused.as_ref().is_some_and(|p| p.layout != layout) {
+            reused = None;
+        }
+        let slot = match reused {
+            Some(slot) => slot,
+            None => RecentPanel::new(layout)?,
+        };
+        panels.insert(0, slot);
+        let slot = &mut panels[0];
+        slot.input = input.id;
+        slot.index = usize::MAX;
+        // SAFETY: the slot's block is `layout.size()` bytes, aligned for
+        // f32 and the kernel, ours alone; written before it is read.
+        let panel = unsafe {
+            std::slice::from_raw_parts_mut(
+                slot.panel as *mut MaybeUninit<f32>,
+                layout.size() / size_of::<f32>(),
+            )
+        };
+        input.pack(index, panel)?;
+        slot.index = index;
+        Ok(slot.panel)
+    }
+}
+
+impl RecentPanel {
+    fn new(layout: Layout) -> TractResult<RecentPanel> {
+        anyhow::ensure!(layout.size() > 0, "an empty panel");
+        // SAFETY: a layout of non-zero size.
+        let panel = unsafe { std::alloc::alloc(layout) };
+        anyhow::ensure!(
+            !panel.is_null(),
+            "no memory for a panel of {} bytes",
+            layout.size()
+        );
+        Ok(RecentPanel {
+            input: u64::MAX,
+            index: usize::MAX,
+            layout,
+            panel,
+        })
+    }
+}
+
+impl Drop for RecentPanel {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, and dropped once.
+        unsafe { std::alloc::dealloc(self.panel, self.layout) };
     }
 }
 
@@ -548,24 +695,15 @@ impl MMMInputValue for PackedInput {
         &*self.im2col
     }
 
-    fn scratch_panel_buffer_layout(&self) -> Option<std::alloc::Layout> {
-        Some(
-            self.im2col
-                .packer
-                .single_panel_layout(self.k(), size_of::<f32>()),
-        )
+    /// None: panels are packed into this thread's `RECENT`, not tract's scratch.
+    fn scratch_panel_buffer_layout(&self) -> Option<Layout> {
+        None
     }
 
-    fn panel_bytes(&self, index: usize, buffer: Option<*mut u8>) -> TractResult<*const u8> {
-        let buffer = buffer.context("no panel buffer")?;
-        let length = self.im2col.packer.single_panel_len(self.k());
-        // SAFETY: tract hands each panel a buffer of
-        // `scratch_panel_buffer_layout` (`length` f32s, aligned for the
-        // kernel, uninitialised) that nothing else uses until the next panel.
-        let panel =
-            unsafe { std::slice::from_raw_parts_mut(buffer as *mut MaybeUninit<f32>, length) };
-        self.pack(index, panel)?;
-        Ok(buffer)
+    /// The panel from this thread's recent ones, packed there first if it
+    /// is not among them.
+    fn panel_bytes(&self, index: usize, _buffer: Option<*mut u8>) -> TractResult<*const u8> {
+        RECENT.with_borrow_mut(|recent| recent.panel(self, index))
     }
 
     fn k(&self) -> usize {
@@ -639,6 +777,10 @@ mod tests {
             ([1, 2, 8, 60], 16, [3, 3], 1, [2, 2], [1, 1]),
             ([1, 3, 8, 13], 7, [5, 3], 0, [1, 2], [1, 1]),
             ([1, 1, 5, 5], 1, [5, 5], 0, [1, 1], [1, 1]),
+            // Weights of 4.5 MiB, past a third of L2 here: tract runs the
+            // product in blocks and asks for each column panel again for
+            // each block of weight rows (`RecentPanels`).
+            ([1, 256, 6, 40], 512, [3, 3], 1, [1, 1], [1, 1]),
         ];
         for (input, outputs, kernel, padding, strides, dilations) in cases {
             let label =
@@ -650,6 +792,61 @@ mod tests {
             assert_eq!((im2cols, pads_left), (1, 0), "{label}");
             assert_same_bits(&tract, &planned, &label);
         }
+    }
+
+    #[test]
+    fn a_panel_asked_for_again_in_a_blocked_product_is_not_packed_again() {
+        let shape = [1, 2, 6, 40];
+        let values: Vec<f32> = (0..480).map(|v| v as f32).collect();
+        let image = Tensor::from_shape(&shape, &values).unwrap().into_tvalue();
+        let window = Window {
+            kernel: [3, 3],
+            strides: [1, 1],
+            dilations: [1, 1],
+        };
+        let packer = PackedFormat::new(f32::datum_type(), 12, 64);
+        let im2col = Arc::new(Im2col::new(window, &[shape], [(1, 1), (1, 1)], packer).unwrap());
+        let length = im2col.k() * 12;
+        let panel =
+            |input: &PackedInput, index: usize| input.panel_bytes(index, None).unwrap() as *mut f32;
+        // SAFETY: a panel of `length` values, not asked for again meanwhile.
+        let values_of =
+            |panel: *mut f32| unsafe { std::slice::from_raw_parts(panel, length).to_vec() };
+        const MARK: f32 = -1.5;
+
+        // A product that only goes forward packs each panel in one place,
+        // as tract's own buffer did.
+        let forward = PackedInput::new(tvec![image.clone()], im2col.clone());
+        let first = panel(&forward, 0);
+        let packed = values_of(first);
+        assert_eq!(panel(&forward, 1), first);
+
+        // Going back, it is a product in blocks, and from then on its
+        // panels are kept. Marked, a panel packed again loses the mark.
+        let blocks = PackedInput::new(tvec![image], im2col.clone());
+        panel(&blocks, 0);
+        panel(&blocks, 1);
+        let first = panel(&blocks, 0);
+        assert_eq!(values_of(first), packed);
+        // SAFETY: this thread's panel, which tract would only read.
+        unsafe { *first = MARK };
+        let second = panel(&blocks, 1);
+        assert_ne!(second, first);
+        let again = panel(&blocks, 0);
+        assert_eq!((again, values_of(again)[0]), (first, MARK));
+
+        // Pushed out by the 19 panels after it, it is packed again.
+        for index in 1..20 {
+            panel(&blocks, index);
+        }
+        assert_eq!(values_of(panel(&blocks, 0)), packed);
+
+        // Another run's panel of the same index is its own.
+        let doubled: Vec<f32> = values.iter().map(|v| v * 2.0).collect();
+        let doubled = Tensor::from_shape(&shape, &doubled).unwrap().into_tvalue();
+        let other_run = PackedInput::new(tvec![doubled], im2col);
+        let twice: Vec<f32> = packed.iter().map(|v| v * 2.0).collect();
+        assert_eq!(values_of(panel(&other_run, 0)), twice);
     }
 
     #[test]
