@@ -376,7 +376,8 @@ impl From<DecodeError> for ApiError {
 /// Bounds what the server holds at once. Up to `max_running` requests hold
 /// decoded pixels (one per inference worker, plus one decoding or encoding
 /// beside them); the others wait in line, at most `capacity()` in all, past
-/// which a request is refused at once. A request in line reads its upload
+/// which a request is refused at once. Turns go in the order requests were
+/// ready for one, so nobody's wait grows while later arrivals go first. A request in line reads its upload
 /// only when the uploads held fit in `upload_buffer` bytes; until then it
 /// holds only its connection (the client's bytes wait in the network).
 pub struct WorkQueue {
@@ -393,6 +394,10 @@ struct Counts {
     waiting: usize,
     /// Bytes reserved by the uploads being read or held.
     uploads: u64,
+    /// The ticket the next request ready for a turn takes, and the one
+    /// whose turn is next.
+    next_ticket: u64,
+    next_turn: u64,
 }
 
 /// A request's place in line; its upload's reservation and, once it has
@@ -467,12 +472,19 @@ impl Place<'_> {
         }
         let queue = self.queue;
         let mut counts = queue.lock();
-        while counts.running >= queue.max_running {
+        let ticket = counts.next_ticket;
+        counts.next_ticket += 1;
+        while counts.next_turn != ticket || counts.running >= queue.max_running {
             counts = queue.wait(counts);
         }
+        counts.next_turn += 1;
         counts.waiting -= 1;
         counts.running += 1;
         self.running = true;
+        drop(counts);
+        // The next ticket may have woken before this one and gone back to
+        // sleep; a free slot is its now.
+        queue.changed.notify_all();
     }
 }
 
@@ -592,6 +604,30 @@ mod tests {
             assert!(waiter.join().unwrap().is_some(), "the waiter gets its turn");
         });
         assert_eq!(queue.depth(), 0);
+    }
+
+    #[test]
+    fn turns_go_in_the_order_requests_were_ready() {
+        let queue = WorkQueue::new(1, 8, u64::MAX);
+        let mut first = queue.join(10).unwrap();
+        first.wait_for_turn();
+        let served = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for arrival in 0..6 {
+                let (queue, served) = (&queue, &served);
+                s.spawn(move || {
+                    let mut place = queue.join(10).unwrap();
+                    place.wait_for_turn();
+                    served.lock().unwrap().push(arrival);
+                });
+                // The next one arrives once this one holds its ticket.
+                while queue.lock().next_ticket < arrival + 2 {
+                    std::thread::yield_now();
+                }
+            }
+            drop(first);
+        });
+        assert_eq!(served.into_inner().unwrap(), (0..6).collect::<Vec<u64>>());
     }
 
     #[test]
