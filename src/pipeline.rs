@@ -377,9 +377,10 @@ impl From<DecodeError> for ApiError {
 /// decoded pixels (one per inference worker, plus one decoding or encoding
 /// beside them); the others wait in line, at most `capacity()` in all, past
 /// which a request is refused at once. Turns go in the order requests were
-/// ready for one, so nobody's wait grows while later arrivals go first. A request in line reads its upload
-/// only when the uploads held fit in `upload_buffer` bytes; until then it
-/// holds only its connection (the client's bytes wait in the network).
+/// ready for one, so nobody's wait grows while later arrivals go first. A
+/// request in line reads its upload only when the uploads held fit in
+/// `upload_buffer` bytes; until then it holds only its connection (the
+/// client's bytes wait in the network).
 pub struct WorkQueue {
     counts: Mutex<Counts>,
     changed: Condvar,
@@ -481,10 +482,13 @@ impl Place<'_> {
         counts.waiting -= 1;
         counts.running += 1;
         self.running = true;
+        let slot_left = counts.running < queue.max_running;
         drop(counts);
         // The next ticket may have woken before this one and gone back to
-        // sleep; a free slot is its now.
-        queue.changed.notify_all();
+        // sleep; only a slot still free is worth waking it for.
+        if slot_left {
+            queue.changed.notify_all();
+        }
     }
 }
 
