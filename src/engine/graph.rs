@@ -24,6 +24,12 @@
 //!   (BENCHMARKS.md). The channels of each part are worked out from the
 //!   weights and the declared input, through the operators that keep or
 //!   join channels; where they cannot be, nothing is split.
+//! - For a model that runs at any size (`fit = "padded"`), each upsample to
+//!   a size traced at export is made an upsample to the size of the tensor
+//!   it is joined to, or of the input for the output's own, as IS-Net's
+//!   PyTorch source (`_upsample_like(src, tar)`) has it: its file only runs
+//!   at 1024x1024, the graph itself at any size. tract loads this rewrite
+//!   too (`any_size`).
 //!
 //! Subgraphs (If, Loop) are not visited: the models here have none.
 
@@ -31,6 +37,7 @@ use anyhow::{Context, Result};
 use half::f16;
 use prost::Message;
 use std::collections::{HashMap, HashSet};
+use tract_onnx::pb::attribute_proto::AttributeType;
 use tract_onnx::pb::tensor_proto::DataType;
 use tract_onnx::pb::tensor_shape_proto::dimension;
 use tract_onnx::pb::type_proto::Value;
@@ -44,9 +51,9 @@ const I64: i32 = DataType::Int64 as i32;
 const BLOCK: i64 = 16;
 
 /// The model in `bytes` with only its first output, its upsamples in
-/// `half_pixel`, in f32 if `widen`, and its convolutions over unaligned
-/// concatenations split.
-pub fn rewrite(bytes: &[u8], widen: bool) -> Result<Vec<u8>> {
+/// `half_pixel`, in f32 if `widen`, its convolutions over unaligned
+/// concatenations split, and running at any size if `any_size`.
+pub fn rewrite(bytes: &[u8], widen: bool, any_size: bool) -> Result<Vec<u8>> {
     let mut model = ModelProto::decode(bytes).context("parsing the ONNX file")?;
     let graph = model.graph.as_mut().context("the ONNX file has no graph")?;
     keep_first_output(graph);
@@ -55,11 +62,202 @@ pub fn rewrite(bytes: &[u8], widen: bool) -> Result<Vec<u8>> {
         widen_fp16(graph);
     }
     split_convolutions_over_concats(graph);
+    if any_size {
+        sizes_from_targets(graph)?;
+    }
     Ok(model.encode_to_vec())
+}
+
+/// The model in `bytes`, otherwise unchanged, running at any size.
+pub fn any_size(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut model = ModelProto::decode(bytes).context("parsing the ONNX file")?;
+    let graph = model.graph.as_mut().context("the ONNX file has no graph")?;
+    sizes_from_targets(graph)?;
+    Ok(model.encode_to_vec())
+}
+
+/// Nodes a value passes through unchanged in size on its way from an
+/// upsample to the concatenation that joins it (IS-Net's fp16 casts, a
+/// quantised model's quantise and dequantise pairs).
+const SIZE_KEEPING: [&str; 3] = ["Cast", "QuantizeLinear", "DequantizeLinear"];
+
+/// Every Resize whose `sizes` are a constant height and width (after the
+/// batch and channels, or joined to them) takes them from its target
+/// instead: the other input of the concatenation its output is joined by,
+/// or else the graph's input where they are the declared input size. The
+/// input's and output's height and width are declared free. An error where
+/// an upsample's target cannot be found: the model cannot run at any size.
+fn sizes_from_targets(graph: &mut GraphProto) -> Result<()> {
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let image = graph
+        .input
+        .iter()
+        .find(|i| !initializers.contains(i.name.as_str()))
+        .context("the graph has no input")?;
+    let declared = spatial_dims(image);
+    let image = image.name.clone();
+    let mut constants: HashMap<&str, Vec<i64>> = HashMap::new();
+    for tensor in &graph.initializer {
+        constants.extend(ints(tensor).map(|v| (tensor.name.as_str(), v)));
+    }
+    for node in graph.node.iter().filter(|n| n.op_type == "Constant") {
+        let value = attribute(node, "value")
+            .and_then(|a| a.t.as_ref())
+            .and_then(ints);
+        constants.extend(value.map(|v| (node.output[0].as_str(), v)));
+    }
+    let producers: HashMap<&str, &NodeProto> = (graph.node.iter())
+        .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
+        .collect();
+    let mut readers: HashMap<&str, Vec<&NodeProto>> = HashMap::new();
+    for node in &graph.node {
+        for input in &node.input {
+            readers.entry(input.as_str()).or_default().push(node);
+        }
+    }
+    // The traced height and width: a constant [N, C, H, W] (as a quantiser
+    // folds them), or [H, W] joined to the input's batch and channels.
+    let traced = |sizes: &str| -> Option<Vec<i64>> {
+        if let Some(all) = constants.get(sizes).filter(|v| v.len() == 4) {
+            return Some(all[2..].to_vec());
+        }
+        let join = producers
+            .get(sizes)
+            .filter(|n| n.op_type == "Concat" && n.input.len() == 2)?;
+        constants
+            .get(join.input[1].as_str())
+            .filter(|v| v.len() == 2)
+            .cloned()
+    };
+    // (the Resize's index, its source, its target)
+    let mut retargets: Vec<(usize, String, String)> = Vec::new();
+    for (index, resize) in graph
+        .node
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.op_type == "Resize")
+    {
+        let Some(sizes) = resize.input.get(3).filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        let baked = traced(sizes).with_context(|| {
+            format!(
+                "{}: its sizes are not a constant height and width",
+                resize.name
+            )
+        })?;
+        let mut value = resize.output[0].as_str();
+        let target = loop {
+            match readers.get(value).map_or(&[][..], Vec::as_slice) {
+                [one] if SIZE_KEEPING.contains(&one.op_type.as_str()) => value = &one.output[0],
+                [one] if one.op_type == "Concat" && one.input.len() == 2 => {
+                    break Some(if one.input[0] == value {
+                        &one.input[1]
+                    } else {
+                        &one.input[0]
+                    });
+                }
+                _ => break (Some(&baked) == declared.as_ref()).then_some(&image),
+            }
+        };
+        let target = target
+            .with_context(|| format!("{}: what it upsamples to is not known", resize.name))?;
+        retargets.push((index, resize.input[0].clone(), target.clone()));
+    }
+    let slice = |graph: &mut GraphProto, of: String, from: &str, to: &str, name: String| {
+        let shape = format!("{name}_shape");
+        graph.node.push(NodeProto {
+            name: shape.clone(),
+            op_type: "Shape".into(),
+            input: vec![of],
+            output: vec![shape.clone()],
+            ..NodeProto::default()
+        });
+        graph.node.push(NodeProto {
+            name: name.clone(),
+            op_type: "Slice".into(),
+            input: vec![shape, from.into(), to.into(), "any_size_0".into()],
+            output: vec![name],
+            ..NodeProto::default()
+        });
+    };
+    for (k, (index, source, target)) in retargets.into_iter().enumerate() {
+        let (kept, size, sizes) = (
+            format!("any_size{k}_batch_channels"),
+            format!("any_size{k}_height_width"),
+            format!("any_size{k}_sizes"),
+        );
+        slice(graph, source, "any_size_0", "any_size_2", kept.clone());
+        slice(graph, target, "any_size_2", "any_size_4", size.clone());
+        graph.node.push(NodeProto {
+            name: sizes.clone(),
+            op_type: "Concat".into(),
+            input: vec![kept, size],
+            output: vec![sizes.clone()],
+            attribute: vec![AttributeProto {
+                name: "axis".into(),
+                i: 0,
+                r#type: AttributeType::Int as i32,
+                ..AttributeProto::default()
+            }],
+            ..NodeProto::default()
+        });
+        graph.node[index].input[3] = sizes;
+    }
+    for value in [0, 2, 4] {
+        graph.initializer.push(TensorProto {
+            name: format!("any_size_{value}"),
+            dims: vec![1],
+            data_type: I64,
+            int64_data: vec![value],
+            ..TensorProto::default()
+        });
+    }
+    // The traced sizes, and the traced shapes of the values between, are
+    // now unused or wrong.
+    drop_unneeded(graph);
+    graph.value_info.clear();
+    let declared_free = graph.input.iter_mut().filter(|i| i.name == image);
+    for info in declared_free.chain(graph.output.iter_mut()) {
+        free_spatial_dims(info);
+    }
+    Ok(())
+}
+
+/// A declared NCHW value's height and width, where both are numbers.
+fn spatial_dims(info: &ValueInfoProto) -> Option<Vec<i64>> {
+    let Some(Value::TensorType(tensor)) = info.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return None;
+    };
+    let dims = &tensor.shape.as_ref()?.dim;
+    (dims.len() == 4).then_some(())?;
+    dims[2..]
+        .iter()
+        .map(|d| match d.value {
+            Some(dimension::Value::DimValue(v)) => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
+fn free_spatial_dims(info: &mut ValueInfoProto) {
+    if let Some(Value::TensorType(tensor)) = info.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+        if let Some(shape) = tensor.shape.as_mut().filter(|s| s.dim.len() == 4) {
+            for (dim, name) in shape.dim[2..].iter_mut().zip(["height", "width"]) {
+                dim.value = Some(dimension::Value::DimParam(name.into()));
+            }
+        }
+    }
 }
 
 fn keep_first_output(graph: &mut GraphProto) {
     graph.output.truncate(1);
+    drop_unneeded(graph);
+}
+
+/// Drops the nodes and initializers no output needs.
+fn drop_unneeded(graph: &mut GraphProto) {
     let mut needed: HashSet<String> = graph.output.iter().map(|o| o.name.clone()).collect();
     // Producers are not always listed before their consumers (IS-Net's
     // casts come last), so sweep until nothing more is needed.
@@ -534,6 +732,119 @@ mod tests {
         }
     }
 
+    /// IS-Net's pattern at a declared 64x64: a deep value upsampled to the
+    /// traced size of the encoder's (half the input's, 32x32) and joined to
+    /// it through a cast, and the output upsampled to the traced input size.
+    fn upsampled_to_traced_sizes() -> GraphProto {
+        use tract_onnx::pb::tensor_shape_proto::Dimension;
+        let constant = |output: &str, values: Vec<i64>| NodeProto {
+            attribute: vec![AttributeProto {
+                name: "value".into(),
+                t: Some(TensorProto {
+                    dims: vec![values.len() as i64],
+                    data_type: I64,
+                    int64_data: values,
+                    ..TensorProto::default()
+                }),
+                ..AttributeProto::default()
+            }],
+            ..node("Constant", &[], output)
+        };
+        let mut image = image_input();
+        if let Some(Value::TensorType(tensor)) =
+            image.r#type.as_mut().and_then(|t| t.value.as_mut())
+        {
+            let shape = tensor.shape.as_mut().unwrap();
+            for _ in 0..2 {
+                shape.dim.push(Dimension {
+                    value: Some(dimension::Value::DimValue(64)),
+                    ..Dimension::default()
+                });
+            }
+        }
+        GraphProto {
+            node: vec![
+                node("Conv", &["image", "w"], "encoded"),
+                node("MaxPool", &["encoded"], "deep"),
+                node("Shape", &["deep"], "deep_shape"),
+                node(
+                    "Slice",
+                    &["deep_shape", "zero", "two", "zero"],
+                    "batch_channels",
+                ),
+                constant("traced", vec![32, 32]),
+                node("Concat", &["batch_channels", "traced"], "sizes"),
+                node("Resize", &["deep", "", "", "sizes"], "up"),
+                node("Cast", &["up"], "up_cast"),
+                node("Concat", &["up_cast", "encoded"], "joined"),
+                node("Resize", &["joined", "", "", "sizes_out"], "matte"),
+                constant("traced_out", vec![64, 64]),
+                node("Concat", &["batch_channels", "traced_out"], "sizes_out"),
+            ],
+            input: vec![image.clone()],
+            output: vec![ValueInfoProto {
+                name: "matte".into(),
+                ..image
+            }],
+            value_info: vec![named("deep")],
+            ..GraphProto::default()
+        }
+    }
+
+    #[test]
+    fn upsamples_take_the_size_of_what_they_are_joined_to() {
+        let mut graph = upsampled_to_traced_sizes();
+        sizes_from_targets(&mut graph).unwrap();
+        let made = |output: &str| graph.node.iter().find(|n| n.output[0] == output).unwrap();
+        // A Resize's sizes: the (batch, channels) of its source's shape and
+        // the (height, width) of its target's.
+        let sizes_of = |resized: &str| {
+            let sizes = made(&made(resized).input[3]);
+            assert_eq!(sizes.op_type, "Concat");
+            let shape_of = |part: &str| {
+                let slice = made(part);
+                assert_eq!(slice.op_type, "Slice");
+                let shape = made(&slice.input[0]);
+                assert_eq!(shape.op_type, "Shape");
+                shape.input[0].clone()
+            };
+            (shape_of(&sizes.input[0]), shape_of(&sizes.input[1]))
+        };
+        assert_eq!(
+            sizes_of("up"),
+            ("deep".into(), "encoded".into()),
+            "joined to `encoded`"
+        );
+        assert_eq!(
+            sizes_of("matte"),
+            ("joined".into(), "image".into()),
+            "the output: the input's size"
+        );
+        let names: Vec<&str> = graph.node.iter().map(|n| n.output[0].as_str()).collect();
+        assert!(
+            !names.contains(&"traced") && !names.contains(&"sizes"),
+            "the traced sizes are gone"
+        );
+        assert!(graph.value_info.is_empty(), "traced shapes are dropped");
+        assert_eq!(
+            spatial_dims(&graph.input[0]),
+            None,
+            "the input's size is free"
+        );
+    }
+
+    #[test]
+    fn an_upsample_to_an_unknown_target_is_an_error() {
+        let mut graph = upsampled_to_traced_sizes();
+        // The joined value read by two nodes: what it upsamples to is unclear.
+        graph.node.push(node("Sigmoid", &["up_cast"], "elsewhere"));
+        let error = sizes_from_targets(&mut graph).unwrap_err();
+        assert!(
+            format!("{error}").contains("what it upsamples to is not known"),
+            "{error}"
+        );
+    }
+
     /// The photo (3 channels) joined to 16 channels of features, then
     /// convolved to 16: MODNet's pattern.
     fn photo_joined_to_features() -> GraphProto {
@@ -679,7 +990,7 @@ mod tests {
             ..ModelProto::default()
         };
         let widened =
-            ModelProto::decode(&rewrite(&model.encode_to_vec(), true).unwrap()[..]).unwrap();
+            ModelProto::decode(&rewrite(&model.encode_to_vec(), true, false).unwrap()[..]).unwrap();
         let graph = widened.graph.unwrap();
         assert_eq!(graph.initializer[0].data_type, F32);
         assert_eq!(graph.initializer[0].float_data, [1.0, -2.5]);

@@ -88,6 +88,10 @@ pub enum InputSpec {
     /// Aspect kept: the short side scaled to `short_side`, both sides
     /// rounded to a multiple of `multiple`.
     Aspect { short_side: u32, multiple: u32 },
+    /// Aspect kept: the long side scaled to `long_side`, centred on grey in
+    /// an input whose sides are the next multiples of `multiple` (a
+    /// letterbox no larger than the photo needs).
+    Padded { long_side: u32, multiple: u32 },
 }
 
 impl InputSpec {
@@ -97,7 +101,7 @@ impl InputSpec {
             InputSpec::Squash { width, height } | InputSpec::Letterbox { width, height } => {
                 Some((width, height))
             }
-            InputSpec::Aspect { .. } => None,
+            InputSpec::Aspect { .. } | InputSpec::Padded { .. } => None,
         }
     }
 }

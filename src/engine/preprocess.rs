@@ -71,6 +71,19 @@ pub fn placement(spec: InputSpec, width: u32, height: u32) -> Placement {
                 Placement::whole(long_in, short_in)
             }
         }
+        InputSpec::Padded {
+            long_side,
+            multiple,
+        } => {
+            let scale = f64::from(long_side) / f64::from(width.max(height));
+            let fit = |side: u32| ((f64::from(side) * scale).round() as u32).clamp(1, long_side);
+            let (w, h) = (fit(width), fit(height));
+            let (in_w, in_h) = (w.next_multiple_of(multiple), h.next_multiple_of(multiple));
+            Placement {
+                input: (in_w, in_h),
+                image: ((in_w - w) / 2, (in_h - h) / 2, w, h),
+            }
+        }
     }
 }
 
@@ -226,6 +239,28 @@ mod tests {
             (0, 511, 1024, 1),
             "never an empty image"
         );
+    }
+
+    #[test]
+    fn padded_inputs_fit_the_long_side_and_pad_to_the_next_multiple() {
+        let padded = InputSpec::Padded {
+            long_side: 1024,
+            multiple: 256,
+        };
+        let at = |w, h| placement(padded, w, h);
+        // 4:3 fills its input; 3:2 (683 rows) is centred in 768.
+        assert_eq!(at(4000, 3000).input, (1024, 768));
+        assert_eq!(at(4000, 3000).image, (0, 0, 1024, 768));
+        assert_eq!(
+            at(481, 321).input,
+            (1024, 768),
+            "small photos are scaled up"
+        );
+        assert_eq!(at(481, 321).image, (0, 42, 1024, 683));
+        assert_eq!(at(321, 481).image, (42, 0, 683, 1024));
+        assert_eq!(at(1024, 1024).image, (0, 0, 1024, 1024));
+        assert_eq!(at(20_000, 1).input, (1024, 256), "never an empty image");
+        assert_eq!(at(20_000, 1).image, (0, 127, 1024, 1));
     }
 
     #[test]

@@ -25,10 +25,9 @@ mod pool;
 mod resize;
 mod split;
 
-use super::manifest::ModelSpec;
+use super::manifest::{InputSpec, ModelSpec};
 use super::Engine;
 use anyhow::{Context, Result};
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tract_onnx::prelude::*;
@@ -46,8 +45,9 @@ fn reusing_large_blocks<R>(f: impl FnOnce() -> R) -> R {
 
 type Plan = Arc<TypedRunnableModel>;
 
-/// Plans kept for a kept-aspect model (each holds the weights again).
-const MAX_CACHED_PLANS: usize = 6;
+/// Plans kept for a model that runs at any size, the least recently used
+/// dropped first: each holds the weights again, IS-Net's 175 MB.
+const MAX_CACHED_PLANS: usize = 3;
 
 pub struct TractEngine {
     /// Kept to plan each new input size; a fixed-size model's one plan is
@@ -55,7 +55,8 @@ pub struct TractEngine {
     /// weights) dropped.
     model: Option<InferenceModel>,
     fp16: bool,
-    plans: Mutex<HashMap<(u32, u32), Plan>>,
+    /// By input size, the most recently used last.
+    plans: Mutex<Vec<((u32, u32), Plan)>>,
 }
 
 impl TractEngine {
@@ -66,6 +67,11 @@ impl TractEngine {
         tract_linalg::multithread::set_default_executor(
             tract_linalg::multithread::Executor::multithread(threads),
         );
+        let any_size = match spec.input {
+            InputSpec::Padded { .. } => Some(super::graph::any_size(model)?),
+            _ => None,
+        };
+        let model = any_size.as_deref().unwrap_or(model);
         let mut model = tract_onnx::onnx()
             .model_for_read(&mut &model[..])
             .with_context(|| format!("parsing {}", path.display()))?;
@@ -90,12 +96,18 @@ impl TractEngine {
     }
 
     fn plan(&self, width: u32, height: u32) -> Result<Plan> {
-        if let Some(plan) = self.plans.lock().unwrap().get(&(width, height)) {
-            return Ok(plan.clone());
+        {
+            let mut plans = self.plans.lock().unwrap();
+            if let Some(at) = plans.iter().position(|(size, _)| *size == (width, height)) {
+                let used = plans.remove(at);
+                plans.push(used.clone());
+                return Ok(used.1);
+            }
         }
         let shape = [1, 3, height as usize, width as usize];
         let model = self.model.as_ref().with_context(|| {
-            let sizes: Vec<_> = self.plans.lock().unwrap().keys().copied().collect();
+            let plans = self.plans.lock().unwrap();
+            let sizes: Vec<_> = plans.iter().map(|(size, _)| *size).collect();
             format!("the model was planned for {sizes:?} only, not {width}x{height}")
         })?;
         let mut typed = model
@@ -124,10 +136,13 @@ impl TractEngine {
         pool::plan_max_pools(&mut optimised)?;
         let plan = optimised.into_runnable()?;
         let mut plans = self.plans.lock().unwrap();
-        if plans.len() >= MAX_CACHED_PLANS {
-            plans.clear();
+        // Another request may have planned this size meanwhile.
+        if !plans.iter().any(|(size, _)| *size == (width, height)) {
+            if plans.len() >= MAX_CACHED_PLANS {
+                plans.remove(0);
+            }
+            plans.push(((width, height), plan.clone()));
         }
-        plans.insert((width, height), plan.clone());
         Ok(plan)
     }
 }
