@@ -29,7 +29,8 @@
 //!   it is joined to, or of the input for the output's own, as IS-Net's
 //!   PyTorch source (`_upsample_like(src, tar)`) has it: its file only runs
 //!   at 1024x1024, the graph itself at any size. tract loads this rewrite
-//!   too (`any_size`).
+//!   too (`any_size`). The int8 IS-Net stays square: its quantiser folded
+//!   the sizes into constants, and it lost quality at other sizes.
 //!
 //! Subgraphs (If, Loop) are not visited: the models here have none.
 
@@ -77,12 +78,11 @@ pub fn any_size(bytes: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// Nodes a value passes through unchanged in size on its way from an
-/// upsample to the concatenation that joins it (IS-Net's fp16 casts, a
-/// quantised model's quantise and dequantise pairs).
-const SIZE_KEEPING: [&str; 3] = ["Cast", "QuantizeLinear", "DequantizeLinear"];
+/// upsample to the concatenation that joins it (IS-Net's fp16 casts).
+const SIZE_KEEPING: [&str; 1] = ["Cast"];
 
-/// Every Resize whose `sizes` are a constant height and width (after the
-/// batch and channels, or joined to them) takes them from its target
+/// Every Resize whose `sizes` are a constant height and width joined to
+/// its input's batch and channels takes them from its target
 /// instead: the other input of the concatenation its output is joined by,
 /// or else the graph's input where they are the declared input size. The
 /// input's and output's height and width are declared free. An error where
@@ -115,12 +115,8 @@ fn sizes_from_targets(graph: &mut GraphProto) -> Result<()> {
             readers.entry(input.as_str()).or_default().push(node);
         }
     }
-    // The traced height and width: a constant [N, C, H, W] (as a quantiser
-    // folds them), or [H, W] joined to the input's batch and channels.
+    // The traced height and width, joined to the input's batch and channels.
     let traced = |sizes: &str| -> Option<Vec<i64>> {
-        if let Some(all) = constants.get(sizes).filter(|v| v.len() == 4) {
-            return Some(all[2..].to_vec());
-        }
         let join = producers
             .get(sizes)
             .filter(|n| n.op_type == "Concat" && n.input.len() == 2)?;
