@@ -69,12 +69,9 @@ pub fn rewrite(bytes: &[u8], widen: bool, any_size: bool) -> Result<Vec<u8>> {
     Ok(model.encode_to_vec())
 }
 
-/// The model in `bytes`, otherwise unchanged, running at any size.
-pub fn any_size(bytes: &[u8]) -> Result<Vec<u8>> {
-    let mut model = ModelProto::decode(bytes).context("parsing the ONNX file")?;
-    let graph = model.graph.as_mut().context("the ONNX file has no graph")?;
-    sizes_from_targets(graph)?;
-    Ok(model.encode_to_vec())
+/// `model`, otherwise unchanged, made to run at any size.
+pub fn any_size(model: &mut ModelProto) -> Result<()> {
+    sizes_from_targets(model.graph.as_mut().context("the ONNX file has no graph")?)
 }
 
 /// Nodes a value passes through unchanged in size on its way from an
@@ -96,16 +93,7 @@ fn sizes_from_targets(graph: &mut GraphProto) -> Result<()> {
         .context("the graph has no input")?;
     let declared = spatial_dims(image);
     let image = image.name.clone();
-    let mut constants: HashMap<&str, Vec<i64>> = HashMap::new();
-    for tensor in &graph.initializer {
-        constants.extend(ints(tensor).map(|v| (tensor.name.as_str(), v)));
-    }
-    for node in graph.node.iter().filter(|n| n.op_type == "Constant") {
-        let value = attribute(node, "value")
-            .and_then(|a| a.t.as_ref())
-            .and_then(ints);
-        constants.extend(value.map(|v| (node.output[0].as_str(), v)));
-    }
+    let constants = int_constants(graph);
     let producers: HashMap<&str, &NodeProto> = (graph.node.iter())
         .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
         .collect();
@@ -218,6 +206,21 @@ fn sizes_from_targets(graph: &mut GraphProto) -> Result<()> {
         free_spatial_dims(info);
     }
     Ok(())
+}
+
+/// The graph's integer constants, initializers and Constant nodes, by name.
+fn int_constants(graph: &GraphProto) -> HashMap<&str, Vec<i64>> {
+    let mut constants: HashMap<&str, Vec<i64>> = HashMap::new();
+    for tensor in &graph.initializer {
+        constants.extend(ints(tensor).map(|v| (tensor.name.as_str(), v)));
+    }
+    for node in graph.node.iter().filter(|n| n.op_type == "Constant") {
+        let value = attribute(node, "value")
+            .and_then(|a| a.t.as_ref())
+            .and_then(ints);
+        constants.extend(value.map(|v| (node.output[0].as_str(), v)));
+    }
+    constants
 }
 
 /// A declared NCHW value's height and width, where both are numbers.
@@ -456,16 +459,7 @@ fn channels(graph: &GraphProto, weights: &HashMap<&str, &TensorProto>) -> HashMa
             }
         }
     }
-    let mut constants: HashMap<&str, Vec<i64>> = HashMap::new();
-    for tensor in &graph.initializer {
-        constants.extend(ints(tensor).map(|v| (tensor.name.as_str(), v)));
-    }
-    for node in graph.node.iter().filter(|n| n.op_type == "Constant") {
-        let value = attribute(node, "value")
-            .and_then(|a| a.t.as_ref())
-            .and_then(ints);
-        constants.extend(value.map(|v| (node.output[0].as_str(), v)));
-    }
+    let constants = int_constants(graph);
     // Producers may be listed after their consumers: sweep until nothing is learnt.
     let mut learnt = true;
     while learnt {
