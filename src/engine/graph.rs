@@ -24,17 +24,20 @@
 //!   (BENCHMARKS.md). The channels of each part are worked out from the
 //!   weights and the declared input, through the operators that keep or
 //!   join channels; where they cannot be, nothing is split.
-//! - For a model that runs at any size (`fit = "padded"`), each upsample to
-//!   a size traced at export is made an upsample to the size of the tensor
-//!   it is joined to, or of the input for the output's own, as IS-Net's
-//!   PyTorch source (`_upsample_like(src, tar)`) has it: its file only runs
-//!   at 1024x1024, the graph itself at any size. tract loads this rewrite
-//!   too (`any_size`). The int8 IS-Net stays square: its quantiser folded
-//!   the sizes into constants, and it lost quality at other sizes.
+//! - A model run at another size than its file declares (IS-Net at the
+//!   photo's aspect, U2NetP at 256x256) is declared at that size, or at any
+//!   size, and each upsample to a size traced at export is made an upsample
+//!   to the size of the tensor it is joined to, or of the input for the
+//!   output's own, as IS-Net's PyTorch source (`_upsample_like(src, tar)`)
+//!   has it: its file only runs at 1024x1024, the graph itself at any size.
+//!   U2NetP's export already takes its upsample sizes from the shapes at run
+//!   time. tract loads this rewrite too (`fit_input`). The int8 IS-Net stays
+//!   at its file's size: its quantiser folded the sizes into constants, and
+//!   it lost quality at other sizes.
 //!
 //! Subgraphs (If, Loop) are not visited: the models here have none.
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 use half::f16;
 use prost::Message;
 use std::collections::{HashMap, HashSet};
@@ -53,8 +56,9 @@ const BLOCK: i64 = 16;
 
 /// The model in `bytes` with only its first output, its upsamples in
 /// `half_pixel`, in f32 if `widen`, its convolutions over unaligned
-/// concatenations split, and running at any size if `any_size`.
-pub fn rewrite(bytes: &[u8], widen: bool, any_size: bool) -> Result<Vec<u8>> {
+/// concatenations split, and running at `input` (width, height), or at any
+/// size if `None`.
+pub fn rewrite(bytes: &[u8], widen: bool, input: Option<(u32, u32)>) -> Result<Vec<u8>> {
     let mut model = ModelProto::decode(bytes).context("parsing the ONNX file")?;
     let graph = model.graph.as_mut().context("the ONNX file has no graph")?;
     keep_first_output(graph);
@@ -63,15 +67,45 @@ pub fn rewrite(bytes: &[u8], widen: bool, any_size: bool) -> Result<Vec<u8>> {
         widen_fp16(graph);
     }
     split_convolutions_over_concats(graph);
-    if any_size {
-        sizes_from_targets(graph)?;
-    }
+    fit_graph_input(graph, input)?;
     Ok(model.encode_to_vec())
 }
 
-/// `model`, otherwise unchanged, made to run at any size.
-pub fn any_size(model: &mut ModelProto) -> Result<()> {
-    sizes_from_targets(model.graph.as_mut().context("the ONNX file has no graph")?)
+/// `model`, otherwise unchanged, made to run at `input` (width, height), or
+/// at any size if `None`.
+pub fn fit_input(model: &mut ModelProto, input: Option<(u32, u32)>) -> Result<()> {
+    let graph = model.graph.as_mut().context("the ONNX file has no graph")?;
+    fit_graph_input(graph, input)
+}
+
+fn fit_graph_input(graph: &mut GraphProto, input: Option<(u32, u32)>) -> Result<()> {
+    let wanted = input.map(|(width, height)| vec![i64::from(height), i64::from(width)]);
+    if image_input(graph).and_then(spatial_dims) == wanted {
+        return Ok(());
+    }
+    sizes_from_targets(graph)?;
+    let image = image_input(graph)
+        .context("the graph has no input")?
+        .name
+        .clone();
+    let declared = graph.input.iter_mut().filter(|i| i.name == image);
+    for info in declared.chain(graph.output.iter_mut()) {
+        free_spatial_dims(info);
+    }
+    if let Some(size) = wanted {
+        let declared = graph.input.iter_mut().find(|i| i.name == image);
+        set_spatial_dims(declared.expect("found above"), &size);
+    }
+    Ok(())
+}
+
+/// The graph's first input that is not a weight: the image.
+fn image_input(graph: &GraphProto) -> Option<&ValueInfoProto> {
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    graph
+        .input
+        .iter()
+        .find(|i| !initializers.contains(i.name.as_str()))
 }
 
 /// Nodes a value passes through unchanged in size on its way from an
@@ -81,16 +115,12 @@ const SIZE_KEEPING: [&str; 1] = ["Cast"];
 /// Every Resize whose `sizes` are a constant height and width joined to
 /// its input's batch and channels takes them from its target
 /// instead: the other input of the concatenation its output is joined by,
-/// or else the graph's input where they are the declared input size. The
-/// input's and output's height and width are declared free. An error where
-/// an upsample's target cannot be found: the model cannot run at any size.
+/// or else the graph's input where they are the declared input size. Sizes
+/// worked out otherwise are left to do so at run time (U2NetP's come from
+/// its values' shapes). An error where the sizes are one constant or an
+/// upsample's target cannot be found: the model cannot run at other sizes.
 fn sizes_from_targets(graph: &mut GraphProto) -> Result<()> {
-    let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
-    let image = graph
-        .input
-        .iter()
-        .find(|i| !initializers.contains(i.name.as_str()))
-        .context("the graph has no input")?;
+    let image = image_input(graph).context("the graph has no input")?;
     let declared = spatial_dims(image);
     let image = image.name.clone();
     let constants = int_constants(graph);
@@ -124,12 +154,14 @@ fn sizes_from_targets(graph: &mut GraphProto) -> Result<()> {
         let Some(sizes) = resize.input.get(3).filter(|s| !s.is_empty()) else {
             continue;
         };
-        let baked = traced(sizes).with_context(|| {
-            format!(
-                "{}: its sizes are not a constant height and width",
+        let Some(baked) = traced(sizes) else {
+            ensure!(
+                !constants.contains_key(sizes.as_str()),
+                "{}: its sizes are one constant",
                 resize.name
-            )
-        })?;
+            );
+            continue;
+        };
         let mut value = resize.output[0].as_str();
         let target = loop {
             match readers.get(value).map_or(&[][..], Vec::as_slice) {
@@ -201,10 +233,6 @@ fn sizes_from_targets(graph: &mut GraphProto) -> Result<()> {
     // now unused or wrong.
     drop_unneeded(graph);
     graph.value_info.clear();
-    let declared_free = graph.input.iter_mut().filter(|i| i.name == image);
-    for info in declared_free.chain(graph.output.iter_mut()) {
-        free_spatial_dims(info);
-    }
     Ok(())
 }
 
@@ -238,6 +266,16 @@ fn spatial_dims(info: &ValueInfoProto) -> Option<Vec<i64>> {
             _ => None,
         })
         .collect()
+}
+
+fn set_spatial_dims(info: &mut ValueInfoProto, size: &[i64]) {
+    if let Some(Value::TensorType(tensor)) = info.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+        if let Some(shape) = tensor.shape.as_mut().filter(|s| s.dim.len() == 4) {
+            for (dim, &value) in shape.dim[2..].iter_mut().zip(size) {
+                dim.value = Some(dimension::Value::DimValue(value));
+            }
+        }
+    }
 }
 
 fn free_spatial_dims(info: &mut ValueInfoProto) {
@@ -784,7 +822,7 @@ mod tests {
     #[test]
     fn upsamples_take_the_size_of_what_they_are_joined_to() {
         let mut graph = upsampled_to_traced_sizes();
-        sizes_from_targets(&mut graph).unwrap();
+        fit_graph_input(&mut graph, None).unwrap();
         let made = |output: &str| graph.node.iter().find(|n| n.output[0] == output).unwrap();
         // A Resize's sizes: the (batch, channels) of its source's shape and
         // the (height, width) of its target's.
@@ -820,6 +858,61 @@ mod tests {
             spatial_dims(&graph.input[0]),
             None,
             "the input's size is free"
+        );
+    }
+
+    #[test]
+    fn a_fixed_size_is_declared_and_the_declared_size_changes_nothing() {
+        let mut graph = upsampled_to_traced_sizes();
+        fit_graph_input(&mut graph, Some((64, 64))).unwrap();
+        assert_eq!(graph, upsampled_to_traced_sizes(), "already 64x64");
+        fit_graph_input(&mut graph, Some((48, 32))).unwrap();
+        assert_eq!(spatial_dims(&graph.input[0]), Some(vec![32, 48]));
+        assert_eq!(spatial_dims(&graph.output[0]), None, "the output's is free");
+        let sizes = &graph
+            .node
+            .iter()
+            .find(|n| n.output[0] == "up")
+            .unwrap()
+            .input[3];
+        assert_eq!(sizes, "any_size0_sizes", "traced sizes are retargeted");
+    }
+
+    #[test]
+    fn sizes_worked_out_at_run_time_are_left_and_one_constant_is_an_error() {
+        // U2NetP's pattern: the sizes come from the target's shape.
+        let mut graph = upsampled_to_traced_sizes();
+        graph.node.retain(|n| n.output[0] != "traced");
+        graph
+            .node
+            .push(node("Shape", &["encoded"], "encoded_shape"));
+        graph.node.push(node(
+            "Slice",
+            &["encoded_shape", "two", "four", "zero"],
+            "traced",
+        ));
+        fit_graph_input(&mut graph, None).unwrap();
+        let up = graph.node.iter().find(|n| n.output[0] == "up").unwrap();
+        assert_eq!(up.input[3], "sizes", "left as exported");
+
+        let mut graph = upsampled_to_traced_sizes();
+        graph.initializer.push(TensorProto {
+            name: "one_constant".into(),
+            dims: vec![4],
+            data_type: I64,
+            int64_data: vec![1, 3, 32, 32],
+            ..TensorProto::default()
+        });
+        graph
+            .node
+            .iter_mut()
+            .find(|n| n.output[0] == "up")
+            .unwrap()
+            .input[3] = "one_constant".into();
+        let error = fit_graph_input(&mut graph, None).unwrap_err();
+        assert!(
+            format!("{error}").contains("its sizes are one constant"),
+            "{error}"
         );
     }
 
@@ -980,7 +1073,7 @@ mod tests {
             ..ModelProto::default()
         };
         let widened =
-            ModelProto::decode(&rewrite(&model.encode_to_vec(), true, false).unwrap()[..]).unwrap();
+            ModelProto::decode(&rewrite(&model.encode_to_vec(), true, None).unwrap()[..]).unwrap();
         let graph = widened.graph.unwrap();
         assert_eq!(graph.initializer[0].data_type, F32);
         assert_eq!(graph.initializer[0].float_data, [1.0, -2.5]);

@@ -3,7 +3,7 @@
 //! compiled in, so a build without that file still runs on tract.
 
 use super::graph;
-use super::{Engine, InputSpec, ModelSpec};
+use super::{Engine, ModelSpec};
 use anyhow::{anyhow, ensure, Result};
 use ort::environment::Environment;
 use ort::session::Session;
@@ -28,8 +28,7 @@ impl OnnxRuntimeEngine {
     ) -> Result<OnnxRuntimeEngine> {
         let environment = environment(library)?;
         // What tract runs: the first output only, in f32.
-        let any_size = matches!(spec.input, InputSpec::Padded { .. });
-        let graph = graph::rewrite(model, spec.fp16, any_size)?;
+        let graph = graph::rewrite(model, spec.fp16, spec.input.fixed_size())?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let session = Session::builder(&environment)?
             .with_intra_threads(threads)

@@ -25,7 +25,7 @@ mod pool;
 mod resize;
 mod split;
 
-use super::manifest::{InputSpec, ModelSpec};
+use super::manifest::ModelSpec;
 use super::Engine;
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -74,9 +74,7 @@ impl TractEngine {
             let mut proto = onnx
                 .proto_model_for_read(&mut &model[..])
                 .with_context(parsing)?;
-            if let InputSpec::Padded { .. } = spec.input {
-                super::graph::any_size(&mut proto)?;
-            }
+            super::graph::fit_input(&mut proto, spec.input.fixed_size())?;
             onnx.model_for_proto_model(&proto).with_context(parsing)?
         };
         // The first output is the matte; side outputs (IS-Net's
