@@ -78,6 +78,8 @@ pub fn fit_input(model: &mut ModelProto, input: Option<(u32, u32)>) -> Result<()
     fit_graph_input(graph, input)
 }
 
+/// A model run at its file's own size is left as exported: the int8
+/// IS-Net's upsample sizes are constants and could not follow another.
 fn fit_graph_input(graph: &mut GraphProto, input: Option<(u32, u32)>) -> Result<()> {
     let wanted = input.map(|(width, height)| vec![i64::from(height), i64::from(width)]);
     if image_input(graph).and_then(spatial_dims) == wanted {
