@@ -90,13 +90,11 @@ fn fit_graph_input(graph: &mut GraphProto, input: Option<(u32, u32)>) -> Result<
         .context("the graph has no input")?
         .name
         .clone();
-    let declared = graph.input.iter_mut().filter(|i| i.name == image);
-    for info in declared.chain(graph.output.iter_mut()) {
-        free_spatial_dims(info);
+    for info in graph.input.iter_mut().filter(|i| i.name == image) {
+        declare_spatial_dims(info, wanted.as_deref());
     }
-    if let Some(size) = wanted {
-        let declared = graph.input.iter_mut().find(|i| i.name == image);
-        set_spatial_dims(declared.expect("found above"), &size);
+    for info in graph.output.iter_mut() {
+        declare_spatial_dims(info, None);
     }
     Ok(())
 }
@@ -270,21 +268,19 @@ fn spatial_dims(info: &ValueInfoProto) -> Option<Vec<i64>> {
         .collect()
 }
 
-fn set_spatial_dims(info: &mut ValueInfoProto, size: &[i64]) {
+/// Declares an NCHW value's height and width: `size`, or free if `None`.
+fn declare_spatial_dims(info: &mut ValueInfoProto, size: Option<&[i64]>) {
     if let Some(Value::TensorType(tensor)) = info.r#type.as_mut().and_then(|t| t.value.as_mut()) {
         if let Some(shape) = tensor.shape.as_mut().filter(|s| s.dim.len() == 4) {
-            for (dim, &value) in shape.dim[2..].iter_mut().zip(size) {
-                dim.value = Some(dimension::Value::DimValue(value));
-            }
-        }
-    }
-}
-
-fn free_spatial_dims(info: &mut ValueInfoProto) {
-    if let Some(Value::TensorType(tensor)) = info.r#type.as_mut().and_then(|t| t.value.as_mut()) {
-        if let Some(shape) = tensor.shape.as_mut().filter(|s| s.dim.len() == 4) {
-            for (dim, name) in shape.dim[2..].iter_mut().zip(["height", "width"]) {
-                dim.value = Some(dimension::Value::DimParam(name.into()));
+            for (k, (dim, name)) in shape.dim[2..]
+                .iter_mut()
+                .zip(["height", "width"])
+                .enumerate()
+            {
+                dim.value = Some(match size {
+                    Some(size) => dimension::Value::DimValue(size[k]),
+                    None => dimension::Value::DimParam(name.into()),
+                });
             }
         }
     }
