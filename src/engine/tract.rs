@@ -13,7 +13,8 @@
 
 mod direct;
 mod fuse;
-// tract hands an im2col input its panel buffer as a raw pointer.
+// tract hands an im2col input its panel buffer as a raw pointer, and the
+// packing asks for its rows ahead with a prefetch.
 #[allow(unsafe_code)]
 mod im2col;
 mod norm;
