@@ -272,14 +272,10 @@ fn spatial_dims(info: &ValueInfoProto) -> Option<Vec<i64>> {
 fn declare_spatial_dims(info: &mut ValueInfoProto, size: Option<&[i64]>) {
     if let Some(Value::TensorType(tensor)) = info.r#type.as_mut().and_then(|t| t.value.as_mut()) {
         if let Some(shape) = tensor.shape.as_mut().filter(|s| s.dim.len() == 4) {
-            for (k, (dim, name)) in shape.dim[2..]
-                .iter_mut()
-                .zip(["height", "width"])
-                .enumerate()
-            {
+            for (k, dim) in shape.dim[2..].iter_mut().enumerate() {
                 dim.value = Some(match size {
                     Some(size) => dimension::Value::DimValue(size[k]),
-                    None => dimension::Value::DimParam(name.into()),
+                    None => dimension::Value::DimParam(["height", "width"][k].into()),
                 });
             }
         }

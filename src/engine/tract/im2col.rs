@@ -576,7 +576,7 @@ impl Drop for RecentPanel {
 /// come: four cache lines. A panel reads a row of each of its rows' planes
 /// (IS-Net's and U2NetP's convolutions, hundreds of rows at once), more
 /// than the hardware prefetcher follows; asking ahead made their tract runs
-/// 4-7% faster on x86-64, and MODNet's no slower (BENCHMARKS.md, "Rows
+/// 3-7% faster on x86-64, and MODNet's no slower (BENCHMARKS.md, "Rows
 /// asked for ahead").
 const PREFETCH_AHEAD: usize = 64;
 
