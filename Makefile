@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: run test models onnxruntime quantize bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: test-tiny-http run test models onnxruntime quantize bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -50,7 +50,14 @@ lint:
 
 test: models onnxruntime quantize lint deny
 	$(CARGO) test
+	$(MAKE) test-tiny-http
 	$(MAKE) e2e unit-check test-aarch64 test-deb
+
+# The vendored tiny_http's own tests (vendor/tiny_http/PATCHES.md), TLS on;
+# its own target dir, as it is not a workspace member.
+test-tiny-http:
+	CARGO_TARGET_DIR=target/tiny-http $(CARGO) test --locked \
+		--manifest-path vendor/tiny_http/Cargo.toml --features ssl-rustls --lib --tests
 
 # The dashboard in headless Chromium (Debian's `chromium`); screenshots of
 # every page land in target/e2e-artifacts.

@@ -6,8 +6,11 @@ use std::io::{BufReader, BufWriter, ErrorKind, Read};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::common::{HTTPVersion, Method};
+use crate::util::refined_tcp_stream::Stream;
+use crate::util::socket::Socket;
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
@@ -16,7 +19,10 @@ use crate::Request;
 /// and return Request objects.
 pub struct ClientConnection {
     // address of the client
-    remote_addr: IoResult<Option<SocketAddr>>,
+    remote_addr: Option<SocketAddr>,
+
+    // cutout patch 7: the connection's place in the registry of limits
+    socket: Arc<Socket>,
 
     // sequence of Readers to the stream, so that the data is not read in
     //  the wrong order
@@ -52,12 +58,10 @@ enum ReadError {
 }
 
 impl ClientConnection {
-    /// Creates a new `ClientConnection` that takes ownership of the `TcpStream`.
-    pub fn new(
-        write_socket: RefinedTcpStream,
-        mut read_socket: RefinedTcpStream,
-    ) -> ClientConnection {
-        let remote_addr = read_socket.peer_addr();
+    /// A connection over `stream`, which `socket` carries.
+    pub(crate) fn new(stream: Stream, socket: Arc<Socket>) -> ClientConnection {
+        let (read_socket, write_socket) = RefinedTcpStream::new(stream);
+        let remote_addr = socket.peer_addr();
         let secure = read_socket.secure();
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
@@ -67,6 +71,7 @@ impl ClientConnection {
             source,
             sink: SequentialWriterBuilder::new(BufWriter::with_capacity(1024, write_socket)),
             remote_addr,
+            socket,
             next_header_source: first_header,
             no_more_requests: false,
             secure,
@@ -165,7 +170,7 @@ impl ClientConnection {
             path,
             version.clone(),
             headers,
-            *self.remote_addr.as_ref().unwrap(),
+            self.remote_addr,
             data_source,
             writer,
         )
@@ -246,6 +251,7 @@ impl Iterator for ClientConnection {
                     if matches!(err.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) =>
                 {
                     // request timeout
+                    self.socket.head_timed_out();
                     let writer = self.sink.next().unwrap();
                     let response = json_error(
                         408,
@@ -283,6 +289,9 @@ impl Iterator for ClientConnection {
                     .ok();
                 continue;
             }
+
+            // cutout patch 7: the head is in; the body has the socket timeout.
+            self.socket.busy();
 
             // updating the status of the connection
             let connection_header = rq
@@ -371,4 +380,32 @@ fn json_error(
             crate::Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..])
                 .expect("a valid header"),
         )
+}
+
+/// cutout patch 8: the answer to plain HTTP sent to the TLS port. The
+/// request head is read (up to 16 KiB, within the head deadline) before it
+/// is answered: a socket closed with unread bytes is reset, and the reset
+/// can reach the client before the answer does.
+pub(crate) fn answer_plain_http_on_tls_port(socket: &Socket) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while head.len() < 16 * 1024 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match (&*socket).read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let response = json_error(
+        400,
+        "https_required",
+        "HTTPS required",
+        "This port speaks HTTPS: use an https:// address.",
+    )
+    .with_header(
+        crate::Header::from_bytes(&b"Connection"[..], &b"close"[..]).expect("a valid header"),
+    );
+    response
+        .raw_print(socket, HTTPVersion(1, 1), &[], false, None)
+        .ok();
+    socket.shutdown(std::net::Shutdown::Write).ok();
 }

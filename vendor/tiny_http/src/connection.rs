@@ -51,42 +51,36 @@ pub(crate) enum Connection {
     #[cfg(unix)]
     Unix(unix_net::UnixStream),
 }
-impl std::io::Read for Connection {
+// cutout patch 7: read and written through a shared reference, so that
+// one socket serves both halves of a connection without a second file
+// descriptor.
+impl std::io::Read for &Connection {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
-            Self::Tcp(s) => s.read(buf),
+            Connection::Tcp(s) => (&*s).read(buf),
             #[cfg(unix)]
-            Self::Unix(s) => s.read(buf),
+            Connection::Unix(s) => (&*s).read(buf),
         }
     }
 }
-impl std::io::Write for Connection {
+impl std::io::Write for &Connection {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
-            Self::Tcp(s) => s.write(buf),
+            Connection::Tcp(s) => (&*s).write(buf),
             #[cfg(unix)]
-            Self::Unix(s) => s.write(buf),
+            Connection::Unix(s) => (&*s).write(buf),
         }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
-            Self::Tcp(s) => s.flush(),
+            Connection::Tcp(s) => (&*s).flush(),
             #[cfg(unix)]
-            Self::Unix(s) => s.flush(),
+            Connection::Unix(s) => (&*s).flush(),
         }
     }
 }
 impl Connection {
-    /// Gets the peer's address. Some for TCP, None for Unix sockets.
-    pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
-        match self {
-            Self::Tcp(s) => s.peer_addr().map(Some),
-            #[cfg(unix)]
-            Self::Unix(_) => Ok(None),
-        }
-    }
-
     pub(crate) fn shutdown(&self, how: Shutdown) -> std::io::Result<()> {
         match self {
             Self::Tcp(s) => s.shutdown(how),
@@ -95,19 +89,29 @@ impl Connection {
         }
     }
 
-    pub(crate) fn set_timeouts(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+    pub(crate) fn set_read_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
         match self {
-            Self::Tcp(s) => s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)),
+            Self::Tcp(s) => s.set_read_timeout(t),
             #[cfg(unix)]
-            Self::Unix(s) => s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)),
+            Self::Unix(s) => s.set_read_timeout(t),
         }
     }
 
-    pub(crate) fn try_clone(&self) -> std::io::Result<Self> {
+    pub(crate) fn set_write_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
         match self {
-            Self::Tcp(s) => s.try_clone().map(Self::from),
+            Self::Tcp(s) => s.set_write_timeout(t),
             #[cfg(unix)]
-            Self::Unix(s) => s.try_clone().map(Self::from),
+            Self::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
+    /// Reads without taking: what the client's first byte says it speaks.
+    pub(crate) fn peek(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.peek(buf),
+            // A Unix socket is never a TLS listener's.
+            #[cfg(unix)]
+            Self::Unix(_) => Ok(0),
         }
     }
 }

@@ -91,7 +91,7 @@
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
 
-#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+#[cfg(feature = "ssl-rustls")]
 use zeroize::Zeroizing;
 
 use std::error::Error;
@@ -115,6 +115,7 @@ pub use connection::{ConfigListenAddr, ListenAddr, Listener};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
+pub use util::socket::{ConnectionLimits, ConnectionStats};
 
 mod client;
 mod common;
@@ -138,8 +139,11 @@ pub struct Server {
     // queue for messages received by child threads
     messages: Arc<MessagesQueue<Message>>,
 
-    // result of TcpListener::local_addr()
-    listening_addr: ListenAddr,
+    // result of TcpListener::local_addr(), for each listener
+    listening_addrs: Vec<ListenAddr>,
+
+    // cutout patch 7: the connections open, and what the limits did
+    registry: Arc<util::socket::Registry>,
 }
 
 enum Message {
@@ -202,7 +206,7 @@ impl Server {
     }
 
     /// Shortcut for an HTTPS server on a specific address.
-    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+    #[cfg(feature = "ssl-rustls")]
     #[inline]
     pub fn https<A>(
         addr: A,
@@ -243,153 +247,114 @@ impl Server {
         listener: L,
         ssl_config: Option<SslConfig>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        Self::from_listener_with_timeout(listener, ssl_config, None)
+        Self::from_listeners(
+            vec![(listener.into(), ssl_config)],
+            ConnectionLimits::default(),
+        )
     }
 
-    /// cutout patch: like `from_listener`, and every accepted socket gets
-    /// `socket_timeout` as its read and write timeout, so a client that
-    /// stalls cannot hold a thread forever.
-    pub fn from_listener_with_timeout<L: Into<Listener>>(
-        listener: L,
-        ssl_config: Option<SslConfig>,
-        socket_timeout: Option<std::time::Duration>,
+    /// cutout patches 1 and 7: serves every listener (plain or TLS) into
+    /// one queue of requests, under one set of connection limits (a socket
+    /// timeout among them, so a client that stalls cannot hold a thread).
+    pub fn from_listeners(
+        listeners: Vec<(Listener, Option<SslConfig>)>,
+        limits: ConnectionLimits,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        let listener = listener.into();
-        // building the "close" variable
-        let close_trigger = Arc::new(AtomicBool::new(false));
+        #[cfg(not(feature = "ssl-rustls"))]
+        type SslContext = ();
+        #[cfg(feature = "ssl-rustls")]
+        type SslContext = crate::ssl::SslContextImpl;
 
-        // building the TcpListener
-        let (server, local_addr) = {
+        let close = Arc::new(AtomicBool::new(false));
+        let messages = MessagesQueue::with_capacity(8);
+        let registry = util::socket::Registry::new(limits);
+        // A thread per connection, from one pool for every listener.
+        let tasks_pool = Arc::new(util::TaskPool::new());
+        let mut listening_addrs = Vec::new();
+        let mut accepting = Vec::new();
+        for (listener, ssl_config) in listeners {
             let local_addr = listener.local_addr()?;
             log::debug!("Server listening on {}", local_addr);
-            (listener, local_addr)
-        };
-
-        // building the SSL capabilities
-        #[cfg(all(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        compile_error!(
-            "Features 'ssl-openssl' and 'ssl-rustls' must not be enabled at the same time"
-        );
-        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-        type SslContext = ();
-        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        type SslContext = crate::ssl::SslContextImpl;
-        let ssl: Option<SslContext> = {
-            match ssl_config {
-                #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                Some(config) => Some(SslContext::from_pem(
+            let ssl: Option<Arc<SslContext>> = match ssl_config {
+                #[cfg(feature = "ssl-rustls")]
+                Some(config) => Some(Arc::new(SslContext::from_pem(
                     config.certificate,
                     Zeroizing::new(config.private_key),
-                )?),
-                #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+                )?)),
+                #[cfg(not(feature = "ssl-rustls"))]
                 Some(_) => return Err(
-                    "Building a server with SSL requires enabling the `ssl` feature in tiny-http"
+                    "Building a server with SSL requires enabling the `ssl-rustls` feature in tiny-http"
                         .into(),
                 ),
                 None => None,
-            }
-        };
-
-        // creating a task where server.accept() is continuously called
-        // and ClientConnection objects are pushed in the messages queue
-        let messages = MessagesQueue::with_capacity(8);
-
-        let inside_close_trigger = close_trigger.clone();
-        let inside_messages = messages.clone();
-        thread::spawn(move || {
-            // a tasks pool is used to dispatch the connections into threads
-            let tasks_pool = util::TaskPool::new();
-
-            log::debug!("Running accept thread");
-            while !inside_close_trigger.load(Relaxed) {
-                let new_client = match server.accept() {
-                    Ok((sock, _)) => {
-                        use util::RefinedTcpStream;
-                        if let Err(e) = sock.set_timeouts(socket_timeout) {
-                            log::warn!("could not set socket timeouts: {}", e);
+            };
+            listening_addrs.push(local_addr);
+            accepting.push((listener, ssl));
+        }
+        for (listener, ssl) in accepting {
+            let (close, messages, registry, tasks_pool) = (
+                close.clone(),
+                messages.clone(),
+                registry.clone(),
+                tasks_pool.clone(),
+            );
+            thread::spawn(move || {
+                log::debug!("Running accept thread");
+                while !close.load(Relaxed) {
+                    let (connection, peer) = match listener.accept() {
+                        Ok(accepted) => accepted,
+                        // cutout patch 2: an accept error (EMFILE,
+                        // ECONNABORTED...) is passing; upstream stopped
+                        // accepting for good here.
+                        Err(e) => {
+                            log::error!("Error accepting new client: {}", e);
+                            thread::sleep(Duration::from_millis(50));
                             continue;
                         }
-                        let (read_closable, write_closable) = match ssl {
-                            None => RefinedTcpStream::new(sock),
-                            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                            Some(ref ssl) => {
-                                // trying to apply SSL over the connection
-                                // if an error occurs, we just close the socket and resume listening
-                                let sock = match ssl.accept(sock) {
-                                    Ok(s) => s,
-                                    Err(_) => continue,
-                                };
-
-                                RefinedTcpStream::new(sock)
-                            }
-                            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                            Some(ref _ssl) => unreachable!(),
-                        };
-
-                        Ok(ClientConnection::new(write_closable, read_closable))
-                    }
-                    Err(e) => Err(e),
-                };
-
-                match new_client {
-                    Ok(client) => {
-                        let messages = inside_messages.clone();
-                        let mut client = Some(client);
-                        tasks_pool.spawn(Box::new(move || {
-                            if let Some(client) = client.take() {
-                                // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
-                                    let (sender, receiver) = mpsc::channel();
-                                    for rq in client {
-                                        messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
-                                    }
-                                } else {
-                                    for rq in client {
-                                        messages.push(rq.into());
-                                    }
-                                }
-                            }
-                        }));
-                    }
-
-                    // cutout patch: an accept error (EMFILE, ECONNABORTED...)
-                    // is passing; upstream stopped accepting for good here.
-                    Err(e) => {
-                        log::error!("Error accepting new client: {}", e);
-                        thread::sleep(std::time::Duration::from_millis(50));
-                    }
+                    };
+                    // Past the caps with nothing idle to close: dropped, so closed.
+                    let Some(socket) = registry.admit(connection, peer) else {
+                        continue;
+                    };
+                    let (messages, ssl) = (messages.clone(), ssl.clone());
+                    let mut task = Some(move || serve_connection(socket, ssl, messages));
+                    tasks_pool.spawn(Box::new(move || {
+                        if let Some(task) = task.take() {
+                            task()
+                        }
+                    }));
                 }
-            }
-            log::debug!("Terminating accept thread");
-        });
+                log::debug!("Terminating accept thread");
+            });
+        }
 
-        // result
         Ok(Server {
             messages,
-            close: close_trigger,
-            listening_addr: local_addr,
+            close,
+            listening_addrs,
+            registry,
         })
     }
 
-    /// Returns an iterator for all the incoming requests.
-    ///
-    /// The iterator will return `None` if the server socket is shutdown.
     #[inline]
     pub fn incoming_requests(&self) -> IncomingRequests<'_> {
         IncomingRequests { server: self }
     }
 
-    /// Returns the address the server is listening to.
+    /// Returns the address the server (its first listener) is listening to.
     #[inline]
     pub fn server_addr(&self) -> ListenAddr {
-        self.listening_addr.clone()
+        self.listening_addrs[0].clone()
     }
 
-    /// Returns the number of clients currently connected to the server.
-    pub fn num_connections(&self) -> usize {
-        unimplemented!()
-        //self.requests_receiver.lock().len()
+    /// Where each listener listens, in the order they were given.
+    pub fn server_addrs(&self) -> Vec<ListenAddr> {
+        self.listening_addrs.clone()
+    }
+
+    /// The connections open now, and what the limits did so far.
+    pub fn connection_stats(&self) -> ConnectionStats {
+        self.registry.stats()
     }
 
     /// Blocks until an HTTP request has been submitted and returns it.
@@ -437,25 +402,96 @@ impl Iterator for IncomingRequests<'_> {
 impl Drop for Server {
     fn drop(&mut self) {
         self.close.store(true, Relaxed);
-        // Connect briefly to ourselves to unblock the accept thread
-        let maybe_stream = match &self.listening_addr {
-            ListenAddr::IP(addr) => TcpStream::connect(addr).map(Connection::from),
-            #[cfg(unix)]
-            ListenAddr::Unix(addr) => {
-                // TODO: use connect_addr when its stabilized.
-                let path = addr.as_pathname().unwrap();
-                std::os::unix::net::UnixStream::connect(path).map(Connection::from)
+        // Connect briefly to ourselves to unblock each accept thread
+        for listening_addr in &self.listening_addrs {
+            let maybe_stream = match listening_addr {
+                ListenAddr::IP(addr) => TcpStream::connect(addr).map(Connection::from),
+                #[cfg(unix)]
+                ListenAddr::Unix(addr) => {
+                    // TODO: use connect_addr when its stabilized.
+                    let path = addr.as_pathname().unwrap();
+                    std::os::unix::net::UnixStream::connect(path).map(Connection::from)
+                }
+            };
+            if let Ok(stream) = maybe_stream {
+                let _ = stream.shutdown(Shutdown::Both);
             }
-        };
-        if let Ok(stream) = maybe_stream {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
 
-        #[cfg(unix)]
-        if let ListenAddr::Unix(addr) = &self.listening_addr {
-            if let Some(path) = addr.as_pathname() {
-                let _ = std::fs::remove_file(path);
+            #[cfg(unix)]
+            if let ListenAddr::Unix(addr) = listening_addr {
+                if let Some(path) = addr.as_pathname() {
+                    let _ = std::fs::remove_file(path);
+                }
             }
+        }
+    }
+}
+
+/// A connection's thread: TLS if its listener has it, then each request
+/// in turn. The next head is read only once the previous request is
+/// answered, so a connection that waits for a head owes its client
+/// nothing and may be closed to make room (cutout patch 7).
+fn serve_connection<Ssl: SslAccept>(
+    socket: Arc<util::socket::Socket>,
+    ssl: Option<Arc<Ssl>>,
+    messages: Arc<MessagesQueue<Message>>,
+) {
+    if socket.set_timeouts().is_err() {
+        return;
+    }
+    let stream = match ssl {
+        None => util::refined_tcp_stream::Stream::Http(socket.clone()),
+        Some(ssl) => match ssl.accept_or_explain(&socket) {
+            Some(stream) => stream,
+            None => return,
+        },
+    };
+    let client = ClientConnection::new(stream, socket.clone());
+    let (sender, receiver) = mpsc::channel();
+    for rq in client {
+        messages.push(rq.with_notify_sender(sender.clone()).into());
+        if receiver.recv().is_err() {
+            return;
+        }
+        socket.waiting();
+    }
+}
+
+/// How a listener's connections begin: plain HTTP at once, TLS after its
+/// handshake.
+trait SslAccept: Send + Sync + 'static {
+    fn accept_or_explain(
+        &self,
+        socket: &Arc<util::socket::Socket>,
+    ) -> Option<util::refined_tcp_stream::Stream>;
+}
+
+impl SslAccept for () {
+    fn accept_or_explain(
+        &self,
+        socket: &Arc<util::socket::Socket>,
+    ) -> Option<util::refined_tcp_stream::Stream> {
+        Some(util::refined_tcp_stream::Stream::Http(socket.clone()))
+    }
+}
+
+#[cfg(feature = "ssl-rustls")]
+impl SslAccept for crate::ssl::SslContextImpl {
+    /// cutout patch 8: a client that speaks plain HTTP to the TLS port
+    /// (its first byte a letter, where TLS starts with 0x16) gets a plain
+    /// answer that says so, not a handshake failure it cannot read.
+    fn accept_or_explain(
+        &self,
+        socket: &Arc<util::socket::Socket>,
+    ) -> Option<util::refined_tcp_stream::Stream> {
+        const TLS_HANDSHAKE: u8 = 0x16;
+        match socket.peek_first_byte() {
+            Ok(Some(TLS_HANDSHAKE)) => self.accept(socket.clone()).ok().map(Into::into),
+            Ok(Some(byte)) if byte.is_ascii_alphabetic() => {
+                client::answer_plain_http_on_tls_port(socket);
+                None
+            }
+            _ => None,
         }
     }
 }

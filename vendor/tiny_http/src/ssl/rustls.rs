@@ -1,64 +1,57 @@
-use crate::connection::Connection;
 use crate::util::refined_tcp_stream::Stream as RefinedStream;
+use crate::util::socket::{SharedSocket, Socket};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::error::Error;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::Shutdown;
+use std::sync::{Arc, Mutex, MutexGuard};
 use zeroize::Zeroizing;
 
-/// A wrapper around an owned Rustls connection and corresponding stream.
-///
-/// Uses an internal Mutex to permit disparate reader & writer threads to access the stream independently.
-pub(crate) struct RustlsStream(
-    Arc<Mutex<rustls::StreamOwned<rustls::ServerConnection, Connection>>>,
-);
+type Tls = rustls::StreamOwned<rustls::ServerConnection, SharedSocket>;
+
+/// A rustls connection over a shared socket. The `Mutex` lets the reading
+/// and writing halves take turns; the server reads a connection's next
+/// request only after the previous one is answered, so they never wait on
+/// each other.
+#[derive(Clone)]
+pub(crate) struct RustlsStream(Arc<Mutex<Tls>>);
 
 impl RustlsStream {
-    pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .sock
-            .peer_addr()
+    fn lock(&self) -> MutexGuard<'_, Tls> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Closing the write half says so in TLS first (close_notify), so that
+    /// a client reading to the end sees a clean end, not a truncation.
     pub(crate) fn shutdown(&mut self, how: Shutdown) -> std::io::Result<()> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .sock
-            .shutdown(how)
-    }
-}
-
-impl Clone for RustlsStream {
-    fn clone(&self) -> Self {
-        Self(self.0.clone())
+        let mut tls = self.lock();
+        if matches!(how, Shutdown::Write | Shutdown::Both) {
+            tls.conn.send_close_notify();
+            let tls = &mut *tls;
+            while tls.conn.wants_write() {
+                if tls.conn.write_tls(&mut tls.sock).is_err() {
+                    break;
+                }
+            }
+        }
+        tls.sock.0.shutdown(how)
     }
 }
 
 impl Read for RustlsStream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .read(buf)
+        self.lock().read(buf)
     }
 }
 
 impl Write for RustlsStream {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .write(buf)
+        self.lock().write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .flush()
+        self.lock().flush()
     }
 }
 
@@ -69,47 +62,31 @@ impl RustlsContext {
         certificates: Vec<u8>,
         private_key: Zeroizing<Vec<u8>>,
     ) -> Result<Self, Box<dyn Error + Send + Sync>> {
-        let certificate_chain: Vec<rustls::Certificate> =
-            rustls_pemfile::certs(&mut certificates.as_slice())?
-                .into_iter()
-                .map(|bytes| rustls::Certificate(bytes))
-                .collect();
-
-        if certificate_chain.is_empty() {
-            return Err("Couldn't extract certificate chain from config.".into());
+        let chain = CertificateDer::pem_slice_iter(&certificates)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("the certificate file: {e}"))?;
+        if chain.is_empty() {
+            return Err("the certificate file holds no certificate".into());
         }
-
-        let private_key = rustls::PrivateKey({
-            let pkcs8_keys = rustls_pemfile::pkcs8_private_keys(
-                &mut private_key.clone().as_slice(),
-            )
-            .expect("file contains invalid pkcs8 private key (encrypted keys are not supported)");
-
-            if let Some(pkcs8_key) = pkcs8_keys.first() {
-                pkcs8_key.clone()
-            } else {
-                let rsa_keys = rustls_pemfile::rsa_private_keys(&mut private_key.as_slice())
-                    .expect("file contains invalid rsa private key");
-                rsa_keys[0].clone()
-            }
-        });
-
-        let tls_conf = rustls::ServerConfig::builder()
-            .with_safe_defaults()
+        let key = PrivateKeyDer::from_pem_slice(&private_key)
+            .map_err(|e| format!("the private key file: {e}"))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
             .with_no_client_auth()
-            .with_single_cert(certificate_chain, private_key)?;
-
-        Ok(Self(Arc::new(tls_conf)))
+            .with_single_cert(chain, key)?;
+        Ok(Self(Arc::new(config)))
     }
 
     pub(crate) fn accept(
         &self,
-        stream: Connection,
+        socket: Arc<Socket>,
     ) -> Result<RustlsStream, Box<dyn Error + Send + Sync + 'static>> {
         let connection = rustls::ServerConnection::new(self.0.clone())?;
-        Ok(RustlsStream(Arc::new(Mutex::new(
-            rustls::StreamOwned::new(connection, stream),
-        ))))
+        Ok(RustlsStream(Arc::new(Mutex::new(rustls::StreamOwned::new(
+            connection,
+            SharedSocket(socket),
+        )))))
     }
 }
 

@@ -14,6 +14,7 @@ mod equal_reader;
 mod fused_reader;
 mod messages_queue;
 pub(crate) mod refined_tcp_stream;
+pub(crate) mod socket;
 mod sequential;
 mod task_pool;
 

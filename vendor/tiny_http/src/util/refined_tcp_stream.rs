@@ -1,54 +1,34 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::Shutdown;
+use std::sync::Arc;
 
-use crate::connection::Connection;
-#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+#[cfg(feature = "ssl-rustls")]
 use crate::ssl::SslStream;
+use crate::util::socket::Socket;
 
+// cutout patch 7: both halves share one socket (an `Arc`); upstream
+// duplicated the file descriptor, and unwrapped the result.
+#[derive(Clone)]
 pub(crate) enum Stream {
-    Http(Connection),
-    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+    Http(Arc<Socket>),
+    #[cfg(feature = "ssl-rustls")]
     Https(SslStream),
-}
-
-impl Clone for Stream {
-    fn clone(&self) -> Self {
-        match self {
-            Stream::Http(tcp_stream) => Stream::Http(tcp_stream.try_clone().unwrap()),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => Stream::Https(ssl_stream.clone()),
-        }
-    }
-}
-
-impl From<Connection> for Stream {
-    fn from(tcp_stream: Connection) -> Self {
-        Stream::Http(tcp_stream)
-    }
 }
 
 impl Stream {
     fn secure(&self) -> bool {
         match self {
             Stream::Http(_) => false,
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(_) => true,
-        }
-    }
-
-    fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
-        match self {
-            Stream::Http(tcp_stream) => tcp_stream.peer_addr(),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => ssl_stream.peer_addr(),
         }
     }
 
     fn shutdown(&mut self, how: Shutdown) -> IoResult<()> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.shutdown(how),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Http(socket) => socket.shutdown(how),
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.shutdown(how),
         }
     }
@@ -57,8 +37,8 @@ impl Stream {
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.read(buf),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Http(socket) => (&**socket).read(buf),
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.read(buf),
         }
     }
@@ -67,16 +47,16 @@ impl Read for Stream {
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.write(buf),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Http(socket) => (&**socket).write(buf),
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.write(buf),
         }
     }
 
     fn flush(&mut self) -> IoResult<()> {
         match self {
-            Stream::Http(tcp_stream) => tcp_stream.flush(),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            Stream::Http(socket) => (&**socket).flush(),
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.flush(),
         }
     }
@@ -89,22 +69,15 @@ pub struct RefinedTcpStream {
 }
 
 impl RefinedTcpStream {
-    pub(crate) fn new<S>(stream: S) -> (RefinedTcpStream, RefinedTcpStream)
-    where
-        S: Into<Stream>,
-    {
-        let stream: Stream = stream.into();
-
-        let (read, write) = (stream.clone(), stream);
-
+    pub(crate) fn new(stream: Stream) -> (RefinedTcpStream, RefinedTcpStream) {
         let read = RefinedTcpStream {
-            stream: read,
+            stream: stream.clone(),
             close_read: true,
             close_write: false,
         };
 
         let write = RefinedTcpStream {
-            stream: write,
+            stream,
             close_read: false,
             close_write: true,
         };
@@ -116,10 +89,6 @@ impl RefinedTcpStream {
     #[inline]
     pub(crate) fn secure(&self) -> bool {
         self.stream.secure()
-    }
-
-    pub(crate) fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
-        self.stream.peer_addr()
     }
 }
 
