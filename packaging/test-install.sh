@@ -33,9 +33,11 @@ chroot "$root" test -L /etc/systemd/system/multi-user.target.wants/cutout.servic
 port=$((20000 + $$ % 20000))
 as_cutout cutout --config /etc/cutout/cutout.toml account create booth --plan pro
 key=$(as_cutout cutout --config /etc/cutout/cutout.toml key create booth | tail -n 1)
+tls_port=$((port + 1))
 # Serves one photo with ENGINE from the installed files, then stops.
 cut_out_with() {
-    CUTOUT_LISTEN=127.0.0.1:$port CUTOUT_MODEL=u2netp CUTOUT_ENGINE=$1 CUTOUT_MDNS_ENABLED=false \
+    CUTOUT_LISTEN=127.0.0.1:$port CUTOUT_TLS_LISTEN=127.0.0.1:$tls_port \
+        CUTOUT_MODEL=u2netp CUTOUT_ENGINE=$1 CUTOUT_MDNS_ENABLED=false \
         chroot --userspec=cutout:cutout "$root" cutout --config /etc/cutout/cutout.toml serve &
     pid=$!
     i=0
@@ -47,11 +49,17 @@ cut_out_with() {
     curl -sf -H "X-Api-Key: $key" -F "image_file=@$photo" \
         "http://127.0.0.1:$port/api/remove-bg" -o "$root/tmp/cutout.png"
     head -c 8 "$root/tmp/cutout.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a"
+    # HTTPS with the certificate the service user made on first start; the
+    # dashboard over plain HTTP is sent there.
+    curl -sfk "https://127.0.0.1:$tls_port/readyz" >/dev/null
+    test "$(curl -s -o /dev/null -w '%{http_code} %{redirect_url}' "http://127.0.0.1:$port/login")" \
+        = "307 https://127.0.0.1:$tls_port/login"
     kill "$pid"
     wait "$pid" || true
     pid=""
 }
 cut_out_with tract
+as_cutout cutout --config /etc/cutout/cutout.toml tls fingerprint | grep -Eq '^([0-9A-F]{2}:){31}[0-9A-F]{2}$'
 # The packaged ONNX Runtime library: found, its sha256 checked, loaded.
 cut_out_with onnxruntime
-echo "installed package: --version, configuration, service user and API on both engines all work"
+echo "installed package: --version, configuration, service user, HTTPS and API on both engines all work"

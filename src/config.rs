@@ -39,6 +39,16 @@ pub struct Settings {
     pub upload_buffer: u64,
     /// Read and write timeout of every client socket.
     pub socket_timeout: Duration,
+    /// How long a client has to send a request head whole, however slowly
+    /// its bytes come.
+    pub head_timeout: Duration,
+    /// Connections open at once, in all and from one client address.
+    pub max_connections: usize,
+    pub max_connections_per_address: usize,
+    /// HTTPS beside (or instead of) plain HTTP; `None`: plain HTTP only.
+    pub tls: Option<TlsSettings>,
+    /// Names the dashboard answers to besides the machine's own.
+    pub allowed_hosts: Vec<String>,
     /// How long SIGTERM waits for requests in flight.
     pub shutdown_grace: Duration,
     /// Where Linux reports temperatures (the status page's CPU temperature).
@@ -49,6 +59,17 @@ pub struct Settings {
 }
 
 const DEFAULT_UPLOAD_BUFFER_MIB: u64 = 160;
+
+/// HTTPS: where it listens, its certificate, and whether plain HTTP stays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsSettings {
+    pub listen: String,
+    /// The operator's own certificate chain and key (PEM); `None`: the one
+    /// made on first start in `data_dir/tls`.
+    pub certificate: Option<(PathBuf, PathBuf)>,
+    /// Plain HTTP on `listen` too (the API only: the dashboard redirects).
+    pub plain_http: bool,
+}
 
 /// HTTP workers beyond those a full queue keeps busy: they answer the
 /// dashboard, health checks and refusals while the queue is full.
@@ -77,6 +98,27 @@ pub struct Config {
     pub led: LedConfig,
     #[serde(default)]
     pub mdns: MdnsConfig,
+    #[serde(default)]
+    pub tls: TlsConfig,
+    #[serde(default)]
+    pub dashboard: DashboardConfig,
+}
+
+/// The `[tls]` table.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub listen: Option<String>,
+    pub certificate: Option<PathBuf>,
+    pub private_key: Option<PathBuf>,
+    pub plain_http: Option<bool>,
+}
+
+/// The `[dashboard]` table.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DashboardConfig {
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// The library that runs the models. tract is compiled in; ONNX Runtime is
@@ -113,6 +155,9 @@ pub struct ServerConfig {
     pub upload_buffer_mib: Option<u64>,
     pub inference_workers: Option<usize>,
     pub socket_timeout_secs: Option<u64>,
+    pub head_timeout_secs: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub max_connections_per_address: Option<usize>,
     pub shutdown_grace_secs: Option<u64>,
 }
 
@@ -208,6 +253,15 @@ impl Config {
                     .server
                     .socket_timeout_secs
                     .or(lower.server.socket_timeout_secs),
+                head_timeout_secs: self
+                    .server
+                    .head_timeout_secs
+                    .or(lower.server.head_timeout_secs),
+                max_connections: self.server.max_connections.or(lower.server.max_connections),
+                max_connections_per_address: self
+                    .server
+                    .max_connections_per_address
+                    .or(lower.server.max_connections_per_address),
                 shutdown_grace_secs: self
                     .server
                     .shutdown_grace_secs
@@ -215,13 +269,25 @@ impl Config {
             },
             led: self.led.over(lower.led),
             mdns: self.mdns.over(lower.mdns),
+            tls: TlsConfig {
+                listen: self.tls.listen.or(lower.tls.listen),
+                certificate: self.tls.certificate.or(lower.tls.certificate),
+                private_key: self.tls.private_key.or(lower.tls.private_key),
+                plain_http: self.tls.plain_http.or(lower.tls.plain_http),
+            },
+            dashboard: DashboardConfig {
+                allowed_hosts: self
+                    .dashboard
+                    .allowed_hosts
+                    .or(lower.dashboard.allowed_hosts),
+            },
         }
     }
 }
 
 /// The file's tables; an environment variable starting with one of these
 /// (and `_`) names a key in it.
-const SECTIONS: &[&str] = &["server", "onnxruntime", "led", "mdns"];
+const SECTIONS: &[&str] = &["server", "onnxruntime", "led", "mdns", "tls", "dashboard"];
 
 /// An environment value as TOML if it reads as a number or boolean, else
 /// as a string (so `CUTOUT_LISTEN=0.0.0.0:8080` needs no quotes).
@@ -263,6 +329,29 @@ impl Settings {
             ))),
             s => Ok(Duration::from_secs(s)),
         };
+        let at_least_one =
+            |value: Option<usize>, default: usize, name: &str| match value.unwrap_or(default) {
+                0 => Err(ConfigError::Invalid(format!(
+                    "server.{name} must be at least 1"
+                ))),
+                n => Ok(n),
+            };
+        let tls = config.tls;
+        let certificate = match (tls.certificate, tls.private_key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Invalid(
+                    "tls.certificate and tls.private_key go together: set both or neither".into(),
+                ))
+            }
+        };
+        let plain_http = tls.plain_http.unwrap_or(true);
+        if !plain_http && tls.listen.is_none() {
+            return Err(ConfigError::Invalid(
+                "tls.plain_http = false needs tls.listen: nothing would be served".into(),
+            ));
+        }
         Ok(Settings {
             data_dir: config.data_dir.unwrap_or_else(|| "./data".into()),
             models_dir: config.models_dir.unwrap_or_else(|| "./models".into()),
@@ -277,6 +366,22 @@ impl Settings {
             queue_capacity,
             upload_buffer: upload_buffer_mib * 1024 * 1024,
             socket_timeout: seconds(server.socket_timeout_secs, 30, "socket_timeout_secs")?,
+            head_timeout: seconds(server.head_timeout_secs, 10, "head_timeout_secs")?,
+            // Under the unit's 4,096 open files with room to spare: one
+            // descriptor a connection. 64 from one address: a Business
+            // account's 50 concurrent calls from one booth.
+            max_connections: at_least_one(server.max_connections, 512, "max_connections")?,
+            max_connections_per_address: at_least_one(
+                server.max_connections_per_address,
+                64,
+                "max_connections_per_address",
+            )?,
+            tls: tls.listen.map(|listen| TlsSettings {
+                listen,
+                certificate,
+                plain_http,
+            }),
+            allowed_hosts: config.dashboard.allowed_hosts.unwrap_or_default(),
             shutdown_grace: seconds(server.shutdown_grace_secs, 60, "shutdown_grace_secs")?,
             thermal_dir: "/sys/class/thermal".into(),
             led: config.led,

@@ -46,17 +46,21 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "cutout".into())
 }
 
-/// Announces the server at `addr` as `instance`. A server on every address
-/// (`0.0.0.0`) is announced with every address of the machine; one bound to
-/// a single address, with that one.
+/// Announces the server at `addr` as `instance`, with HTTPS's port in the
+/// TXT records when it is on. A server on every address (`0.0.0.0`) is
+/// announced with every address of the machine; one bound to a single
+/// address, with that one.
 pub fn announce(
     addr: SocketAddr,
+    https_port: Option<u16>,
     instance: &str,
     mdns_port: u16,
 ) -> Result<Announcer, mdns_sd::Error> {
     let daemon = ServiceDaemon::new_with_port(mdns_port)?;
     let host = format!("{}.local.", hostname());
     let version = env!("CARGO_PKG_VERSION");
+    let https_port = https_port.map(|p| p.to_string());
+    let https = https_port.as_deref().map(|p| ("https_port", p));
     let services = [
         (
             SERVICE_TYPE,
@@ -74,7 +78,8 @@ pub fn announce(
                 ("version", version),
             ],
         ),
-    ];
+    ]
+    .map(|(service, txt)| (service, txt.into_iter().chain(https).collect::<Vec<_>>()));
     let mut names = vec![];
     for (service_type, txt) in services {
         let info = if addr.ip().is_unspecified() {

@@ -25,5 +25,6 @@ pub mod secrets;
 pub mod stats;
 pub mod store;
 pub mod systemd;
+pub mod tls;
 
 pub use http::{App, EngineSource, ShutdownHandle};

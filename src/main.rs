@@ -69,6 +69,9 @@ enum Command {
     /// The operator's dashboard sign-in.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// The HTTPS certificate.
+    #[command(subcommand)]
+    Tls(TlsCommand),
     /// Cut out images offline, without a key: `remove IN OUT.png`, or
     /// `remove IN... DIR` (each to DIR/<name>.png, the model loaded once).
     Remove {
@@ -122,6 +125,13 @@ enum AdminCommand {
     /// Set the password of the dashboard's `admin`, read from stdin (not
     /// echoed on a terminal). Signs the operator out everywhere.
     SetPassword,
+}
+
+#[derive(Subcommand)]
+enum TlsCommand {
+    /// Print the SHA-256 fingerprint of the certificate HTTPS serves, for
+    /// a booth to pin.
+    Fingerprint,
 }
 
 #[derive(Subcommand)]
@@ -329,6 +339,11 @@ fn run(cli: Cli) -> Result<()> {
             println!("The password of `admin` is set; sign in to the dashboard with it.");
             Ok(())
         }
+        Command::Tls(TlsCommand::Fingerprint) => {
+            let certificate = cutout::tls::existing(settings.tls.as_ref(), &settings.data_dir)?;
+            println!("{}", certificate.fingerprint);
+            Ok(())
+        }
         Command::Remove {
             mut paths,
             size,
@@ -378,12 +393,20 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
     if demo {
         print_demo_key(&app.state().store, app.addr())?;
     }
-    log::info!("listening on http://{}", app.addr());
-    let _announcer = if mdns.enabled.unwrap_or(true) {
+    // Where plain HTTP is off, `addr` is HTTPS's.
+    let plain_http = app.tls_addr() != Some(app.addr());
+    if plain_http {
+        log::info!("listening on http://{}", app.addr());
+    }
+    let _announcer = if app.addr().ip().is_loopback() {
+        log::info!("listening on loopback only: not announced on the LAN (DNS-SD)");
+        None
+    } else if mdns.enabled.unwrap_or(true) {
         let name = mdns
             .name
             .unwrap_or_else(|| format!("cutout on {}", discovery::hostname()));
-        match discovery::announce(app.addr(), &name, discovery::MDNS_PORT) {
+        let https_port = app.tls_addr().map(|a| a.port());
+        match discovery::announce(app.addr(), https_port, &name, discovery::MDNS_PORT) {
             Ok(announcer) => {
                 log::info!("announced as {name:?} ({})", discovery::SERVICE_TYPE);
                 Some(announcer)
@@ -398,7 +421,7 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
     };
     let (state, addr, watchdog) = (app.state(), app.addr(), systemd::watchdog_interval());
     let supervisor = notifier.clone();
-    std::thread::spawn(move || systemd::supervise(state, addr, supervisor, watchdog));
+    std::thread::spawn(move || systemd::supervise(state, addr, plain_http, supervisor, watchdog));
     let shutdown = app.shutdown_handle();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,

@@ -98,8 +98,10 @@ pub fn watchdog_interval() -> Option<Duration> {
 }
 
 /// Whether the server at `addr` answers `GET /healthz` with 200 within
-/// `timeout`: the accept loop and a request worker are alive.
-pub fn answers_health_check(addr: SocketAddr, timeout: Duration) -> bool {
+/// `timeout`: the accept loop and a request worker are alive. On an HTTPS
+/// port (`plain` false) the answer is the 400 that tells plain HTTP to use
+/// HTTPS: the accept loop and the connection threads are alive.
+pub fn answers_health_check(addr: SocketAddr, plain: bool, timeout: Duration) -> bool {
     let probe = || -> std::io::Result<bool> {
         let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
@@ -108,7 +110,12 @@ pub fn answers_health_check(addr: SocketAddr, timeout: Duration) -> bool {
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
         let mut head = [0u8; 12];
         stream.read_exact(&mut head)?;
-        Ok(&head == b"HTTP/1.1 200")
+        Ok(&head
+            == if plain {
+                b"HTTP/1.1 200"
+            } else {
+                b"HTTP/1.1 400"
+            })
     };
     probe().unwrap_or(false)
 }
@@ -119,6 +126,7 @@ pub fn answers_health_check(addr: SocketAddr, timeout: Duration) -> bool {
 pub fn supervise(
     state: Arc<AppState>,
     addr: SocketAddr,
+    plain: bool,
     notifier: Notifier,
     watchdog: Option<Duration>,
 ) {
@@ -139,7 +147,7 @@ pub fn supervise(
     };
     loop {
         std::thread::sleep(interval / 2);
-        if answers_health_check(probe, interval / 4) {
+        if answers_health_check(probe, plain, interval / 4) {
             notifier.watchdog();
         } else {
             log::warn!(

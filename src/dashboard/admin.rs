@@ -187,6 +187,8 @@ pub struct StatusView {
     pub uptime: Duration,
     pub version: &'static str,
     pub cpu_celsius: Option<f64>,
+    /// HTTPS's port and certificate fingerprint, when HTTPS is on.
+    pub https: Option<(u16, String)>,
 }
 
 pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
@@ -213,6 +215,16 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
             dt { "Version" } dd { (s.version) }
             dt { "CPU temperature" }
             dd { (s.cpu_celsius.map_or("not reported by this machine".to_owned(), |c| format!("{c:.1} °C"))) }
+            dt { "HTTPS" }
+            dd {
+                @match &s.https {
+                    Some((port, fingerprint)) => {
+                        "port " (port) "; booths pin the certificate by its SHA-256 fingerprint "
+                        code.fingerprint { (fingerprint) }
+                    }
+                    None => "off (set [tls] listen in cutout.toml)",
+                }
+            }
         }
     };
     page("Status", &Nav::Admin { csrf }, None, body)

@@ -560,6 +560,10 @@ fn status_view(cx: &Ctx) -> StatusView {
         uptime: state.stats.uptime(),
         version: env!("CARGO_PKG_VERSION"),
         cpu_celsius: cpu_celsius(&state.thermal_dir),
+        https: state
+            .tls
+            .as_ref()
+            .map(|t| (t.addr.port(), t.fingerprint.clone())),
     }
 }
 

@@ -7,6 +7,7 @@ use std::fmt::Write;
 
 pub fn render(state: &AppState) -> String {
     let s = state.stats.snapshot();
+    let connections = state.server.connection_stats();
     let queue = &state.pipeline.queue;
     let ready = state.pipeline.default_model().inference.ready().is_ok();
     let mut out = String::new();
@@ -72,6 +73,30 @@ pub fn render(state: &AppState) -> String {
             "gauge",
             "1 once the model is loaded.",
             f64::from(u8::from(ready)),
+        ),
+        (
+            "cutout_connections_open",
+            "gauge",
+            "Client connections open now.",
+            connections.open as f64,
+        ),
+        (
+            "cutout_connections_refused_total",
+            "counter",
+            "Connections closed at once: the cap in all or per address was reached, none idle.",
+            connections.refused as f64,
+        ),
+        (
+            "cutout_connections_evicted_total",
+            "counter",
+            "Idle connections closed to make room for a new one past a cap.",
+            connections.evicted as f64,
+        ),
+        (
+            "cutout_request_head_timeouts_total",
+            "counter",
+            "Request heads that did not arrive whole in time (408).",
+            connections.head_timeouts as f64,
         ),
         (
             "cutout_uptime_seconds",

@@ -4,6 +4,7 @@
 
 mod api;
 mod dashboard;
+mod gate;
 mod metrics;
 pub mod multipart;
 mod respond;
@@ -29,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-use tiny_http::{Method, Request, Server};
+use tiny_http::{ConnectionLimits, Listener, Method, Request, Server, SslConfig};
 
 /// Where the model comes from.
 pub enum EngineSource {
@@ -49,11 +50,23 @@ pub struct AppState {
     pub dashboard: DashboardState,
     thermal_dir: PathBuf,
     listen: String,
+    /// HTTPS, when it is on: the dashboard is served there alone.
+    pub tls: Option<TlsInfo>,
+    /// Names the dashboard answers to besides the machine's own.
+    allowed_hosts: Vec<String>,
+    /// For its connection counters (`/metrics`).
+    server: Arc<Server>,
     db_check: Mutex<Option<(Instant, Result<(), String>)>>,
     /// The configured LED backend, for the status page.
     led_backend: String,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
+}
+
+/// Where HTTPS listens, and what a booth pins.
+pub struct TlsInfo {
+    pub addr: SocketAddr,
+    pub fingerprint: String,
 }
 
 /// What the dashboard keeps between requests besides the database.
@@ -138,8 +151,79 @@ fn log_database_change(was_writable: bool, now: &Result<(), String>) {
 pub struct App {
     server: Arc<Server>,
     state: Arc<AppState>,
+    /// Plain HTTP's address, or HTTPS's where plain HTTP is off.
     addr: SocketAddr,
     settings: Settings,
+}
+
+/// Binds plain HTTP and HTTPS as configured, and starts serving both into
+/// one server under the configured connection limits. Returns the server,
+/// the address `App::addr` reports, and HTTPS's address and fingerprint.
+fn listen(settings: &Settings) -> Result<(Server, SocketAddr, Option<TlsInfo>)> {
+    let bind = |address: &str| {
+        let listener = TcpListener::bind(address).with_context(|| format!("binding {address}"))?;
+        let addr = listener.local_addr()?;
+        anyhow::Ok((Listener::from(listener), addr))
+    };
+    let mut listeners = vec![];
+    let mut plain_addr = None;
+    if settings.tls.as_ref().is_none_or(|t| t.plain_http) {
+        let (listener, addr) = bind(&settings.listen)?;
+        listeners.push((listener, None));
+        plain_addr = Some(addr);
+    }
+    let mut tls = None;
+    if let Some(tls_settings) = &settings.tls {
+        let certificate = crate::tls::load_or_make(tls_settings, &settings.data_dir)
+            .context("the HTTPS certificate")?;
+        let (listener, addr) = bind(&tls_settings.listen)?;
+        listeners.push((
+            listener,
+            Some(SslConfig {
+                certificate: certificate.chain_pem,
+                private_key: certificate.key_pem,
+            }),
+        ));
+        log::info!(
+            "HTTPS on {addr}; certificate SHA-256 fingerprint {}",
+            certificate.fingerprint
+        );
+        tls = Some(TlsInfo {
+            addr,
+            fingerprint: certificate.fingerprint,
+        });
+    }
+    let limits = ConnectionLimits {
+        socket_timeout: Some(settings.socket_timeout),
+        head_deadline: settings.head_timeout,
+        max_connections: settings.max_connections,
+        max_per_address: settings.max_connections_per_address,
+    };
+    let server = Server::from_listeners(listeners, limits)
+        .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
+    let addr = plain_addr
+        .or(tls.as_ref().map(|t| t.addr))
+        .expect("the configuration has plain HTTP or HTTPS");
+    Ok((server, addr, tls))
+}
+
+/// A listening socket as std's `TcpListener::bind` makes it, with a
+/// backlog of 1,024 connections instead of 128: past the backlog the
+/// kernel drops a client's SYN, which costs it a second before it tries
+/// again.
+fn bind(address: &str) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    use std::net::ToSocketAddrs;
+    let mut last_error = None;
+    for addr in address.to_socket_addrs()? {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        match socket.bind(&addr.into()).and_then(|()| socket.listen(1024)) {
+            Ok(()) => return Ok(socket.into()),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| std::io::Error::other("the address names no socket")))
 }
 
 /// Stops a running `App`: new requests get 503 while those in flight finish.
@@ -159,13 +243,8 @@ impl App {
         let models = manifest.models_for(settings.model.as_deref())?;
         let store = Store::open(&settings.data_dir)
             .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
-        let listener = TcpListener::bind(&settings.listen)
-            .with_context(|| format!("binding {}", settings.listen))?;
-        let addr = listener.local_addr()?;
-        let server =
-            Server::from_listener_with_timeout(listener, None, Some(settings.socket_timeout))
-                .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
-
+        let (server, addr, tls) = listen(&settings)?;
+        let server = Arc::new(server);
         let stats = Arc::new(Stats::default());
         let pipeline = match engine {
             // Tests share one loaded engine: every `type` gets it.
@@ -217,6 +296,9 @@ impl App {
             dashboard,
             thermal_dir: settings.thermal_dir.clone(),
             listen: addr.to_string(),
+            tls,
+            allowed_hosts: settings.allowed_hosts.clone(),
+            server: server.clone(),
             db_check: Mutex::new(None),
             led_backend: settings
                 .led
@@ -234,7 +316,7 @@ impl App {
             }
         });
         Ok(App {
-            server: Arc::new(server),
+            server,
             state,
             addr,
             settings,
@@ -243,6 +325,11 @@ impl App {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where HTTPS listens, when it is on.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.state.tls.as_ref().map(|t| t.addr)
     }
 
     pub fn state(&self) -> Arc<AppState> {
@@ -387,9 +474,9 @@ fn route(state: &AppState, method: &Method, path: &str, request: &mut Request) -
             }))
         }
         _ if path.starts_with("/api/") => plain(respond::error(&ApiError::NotFound)),
-        _ => plain(
-            dashboard::route(state, method, path, request).unwrap_or_else(|| not_found(request)),
-        ),
+        _ => plain(gate::check(state, method, request).unwrap_or_else(|| {
+            dashboard::route(state, method, path, request).unwrap_or_else(|| not_found(request))
+        })),
     }
 }
 

@@ -91,6 +91,10 @@ pub fn spawn_app_with(engine: EngineSource, tweak: impl FnOnce(&mut Settings)) -
 }
 
 impl TestApp {
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._data_dir.path()
+    }
+
     /// A new account on `plan` and one key for it.
     pub fn account(&self, name: &str, plan: &str) -> String {
         self.store
@@ -156,7 +160,7 @@ pub fn request(
     body: &[u8],
 ) -> Reply {
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {
@@ -197,7 +201,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    fn complete(raw: &[u8]) -> bool {
+    pub fn complete(raw: &[u8]) -> bool {
         let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
             return false;
         };
@@ -209,7 +213,7 @@ impl Reply {
         head.contains("transfer-encoding: chunked") && body.ends_with(b"0\r\n\r\n")
     }
 
-    fn parse(raw: &[u8]) -> Reply {
+    pub fn parse(raw: &[u8]) -> Reply {
         let end = raw
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
@@ -649,6 +653,30 @@ impl Server {
         extra: &[&str],
         env: &[(&str, String)],
     ) -> Server {
+        let command = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"));
+        Server::spawn(command, data, models, rust_log, extra, env)
+    }
+
+    /// `start` under a limit of `files` open files, as a unit's
+    /// `LimitNOFILE` sets it.
+    pub fn start_with_open_files(data: &std::path::Path, rust_log: &str, files: u32) -> Server {
+        let mut command = std::process::Command::new("sh");
+        command.args([
+            "-c",
+            &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
+            env!("CARGO_BIN_EXE_cutout"),
+        ]);
+        Server::spawn(command, data, &models_dir(), rust_log, &[], &[])
+    }
+
+    fn spawn(
+        mut command: std::process::Command,
+        data: &std::path::Path,
+        models: &std::path::Path,
+        rust_log: &str,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Server {
         use std::os::unix::net::UnixDatagram;
         std::fs::create_dir_all(data).unwrap();
         let socket = data.join("notify");
@@ -659,7 +687,7 @@ impl Server {
             .unwrap();
         let log_dir = tempfile::tempdir().unwrap();
         let log = log_dir.path().join("cutout.log");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        let child = command
             .arg("--data-dir")
             .arg(data)
             .arg("--models-dir")

@@ -3,6 +3,7 @@
 mod helpers;
 
 mod cli;
+mod connections;
 mod crash;
 mod dashboard;
 mod disk;
@@ -19,4 +20,5 @@ mod service;
 mod shutdown;
 mod sizes;
 mod soak;
+mod transport;
 mod types;

@@ -195,7 +195,7 @@ fn the_appliance_is_found_by_dns_sd_on_loopback() {
     let app = crate::helpers::spawn_app();
     // Not 5353: the test must not talk to (or be answered by) real responders.
     let mdns_port = 25_353 + (std::process::id() % 1000) as u16;
-    let _announcer = announce(app.addr, "cutout test booth", mdns_port).unwrap();
+    let _announcer = announce(app.addr, Some(8443), "cutout test booth", mdns_port).unwrap();
 
     let browser = ServiceDaemon::new_with_port(mdns_port).unwrap();
     for (service_type, path) in [(SERVICE_TYPE, "/api/remove-bg"), (HTTP_SERVICE_TYPE, "/")] {
@@ -215,6 +215,7 @@ fn the_appliance_is_found_by_dns_sd_on_loopback() {
         };
         assert_eq!(found.get_port(), app.addr.port());
         assert_eq!(found.get_property_val_str("path"), Some(path));
+        assert_eq!(found.get_property_val_str("https_port"), Some("8443"));
         assert!(
             found
                 .get_addresses()
