@@ -516,6 +516,27 @@ mod tests {
     }
 
     #[test]
+    fn https_is_off_unless_listened_for_and_its_key_goes_with_its_certificate() {
+        assert_eq!(Settings::default().tls, None);
+        let config = Config::parse_str("[tls]\nlisten = \"0.0.0.0:8443\"\n").unwrap();
+        let tls = Settings::from_config(config).unwrap().tls.unwrap();
+        assert_eq!(
+            (tls.listen.as_str(), tls.plain_http),
+            ("0.0.0.0:8443", true)
+        );
+        assert_eq!(tls.certificate, None);
+        let config =
+            Config::parse_str("[tls]\nlisten = \"x\"\ncertificate = \"/c.pem\"\n").unwrap();
+        let error = Settings::from_config(config).err().unwrap().to_string();
+        assert!(error.contains("tls.private_key"), "{error}");
+        let config = Config::parse_str("[tls]\nplain_http = false\n").unwrap();
+        let error = Settings::from_config(config).err().unwrap().to_string();
+        assert!(error.contains("tls.listen"), "{error}");
+        let environment = env(&[("CUTOUT_TLS_LISTEN", "127.0.0.1:8443")]).unwrap();
+        assert_eq!(environment.tls.listen.as_deref(), Some("127.0.0.1:8443"));
+    }
+
+    #[test]
     fn zero_timeouts_workers_and_buffers_are_refused() {
         let config = Config::parse_str("[server]\ninference_workers = 0\n").unwrap();
         assert!(Settings::from_config(config).is_err());
@@ -528,5 +549,13 @@ mod tests {
         );
         let config = Config::parse_str("[server]\nsocket_timeout_secs = 0\n").unwrap();
         assert!(Settings::from_config(config).is_err());
+        for zero in [
+            "head_timeout_secs",
+            "max_connections",
+            "max_connections_per_address",
+        ] {
+            let config = Config::parse_str(&format!("[server]\n{zero} = 0\n")).unwrap();
+            assert!(Settings::from_config(config).is_err(), "{zero}");
+        }
     }
 }
