@@ -161,7 +161,7 @@ pub struct App {
 /// the address `App::addr` reports, and HTTPS's address and fingerprint.
 fn listen(settings: &Settings) -> Result<(Server, SocketAddr, Option<TlsInfo>)> {
     let bind = |address: &str| {
-        let listener = TcpListener::bind(address).with_context(|| format!("binding {address}"))?;
+        let listener = bind_listener(address).with_context(|| format!("binding {address}"))?;
         let addr = listener.local_addr()?;
         anyhow::Ok((Listener::from(listener), addr))
     };
@@ -211,7 +211,7 @@ fn listen(settings: &Settings) -> Result<(Server, SocketAddr, Option<TlsInfo>)> 
 /// backlog of 1,024 connections instead of 128: past the backlog the
 /// kernel drops a client's SYN, which costs it a second before it tries
 /// again.
-fn bind(address: &str) -> std::io::Result<TcpListener> {
+fn bind_listener(address: &str) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Socket, Type};
     use std::net::ToSocketAddrs;
     let mut last_error = None;

@@ -524,7 +524,7 @@ fn the_docs_list_every_error_and_fill_in_the_users_key_prefix() {
     );
     assert!(page.contains("curl") && page.contains("import requests") && page.contains("fetch("));
     assert!(
-        page.contains("http://test/api/remove-bg"),
+        page.contains(&format!("http://{}/api/remove-bg", app.addr)),
         "the host the reader used"
     );
 }

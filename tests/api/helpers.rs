@@ -694,10 +694,10 @@ impl Server {
             .arg(models)
             .args(["serve", "--listen", "127.0.0.1:0", "--model", "u2netp"])
             .args(extra)
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("NOTIFY_SOCKET", &socket)
             .env("CUTOUT_MDNS_ENABLED", "false")
             .env("RUST_LOG", rust_log)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::null())
             .stderr(
                 std::fs::OpenOptions::new()

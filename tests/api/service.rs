@@ -102,6 +102,36 @@ fn systemd_hears_loading_ready_watchdog_pings_and_stopping() {
 }
 
 #[test]
+fn with_https_alone_the_watchdog_is_fed_while_the_https_port_accepts() {
+    let env = [
+        ("CUTOUT_TLS_LISTEN", "127.0.0.1:0".to_owned()),
+        ("CUTOUT_TLS_PLAIN_HTTP", "false".to_owned()),
+    ];
+    let service = Service::start(&crate::helpers::models_dir(), &[], &env);
+    service.until("READY=1");
+    service.until("WATCHDOG=1");
+    service.until("WATCHDOG=1");
+    let (_, exit) = service.terminate();
+    assert!(exit.success());
+}
+
+#[test]
+fn a_server_on_loopback_alone_is_not_announced_on_the_lan() {
+    let data = tempfile::tempdir().unwrap();
+    let env = [("CUTOUT_MDNS_ENABLED", "true".to_owned())];
+    let server = crate::helpers::Server::start_with(
+        data.path(),
+        &crate::helpers::models_dir(),
+        "info",
+        &[],
+        &env,
+    );
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(log.contains("not announced on the LAN"), "{log}");
+    assert!(!log.contains("announced as"), "{log}");
+}
+
+#[test]
 fn a_model_that_fails_to_load_is_reported_ready_but_degraded() {
     let empty = tempfile::tempdir().unwrap();
     let service = Service::start(empty.path(), &[], &[]);
