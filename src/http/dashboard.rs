@@ -12,7 +12,7 @@ use crate::dashboard::{
     self as view, openapi, AccountForms, AccountView, KeyNotice, Nav, NewAccount, StatusView,
     TryView,
 };
-use crate::domain::{AccountName, Month, ACCOUNT_NAME_RULE, ADMIN_LOGIN};
+use crate::domain::{AccountName, KeyLabel, Month, ACCOUNT_NAME_RULE, ADMIN_LOGIN, KEY_LABEL_RULE};
 use crate::error::ApiError;
 use crate::imaging;
 use crate::limits::Permit;
@@ -27,7 +27,6 @@ use tiny_http::{Method, Request, Response};
 
 /// URL-encoded forms are small; anything bigger is not one of ours.
 const MAX_FORM_BYTES: u64 = 64 * 1024;
-const MAX_LABEL_CHARS: usize = 64;
 
 /// Why a dashboard request ends without its page.
 enum Failure {
@@ -622,14 +621,17 @@ fn user(
         ("account", []) if get => home(cx, account, None, None, flash(request), 200),
         ("account", ["keys"]) if post => {
             let fields = cx.fields(request)?;
-            let label = fields.get("label").trim();
-            if label.chars().count() > MAX_LABEL_CHARS || label.chars().any(char::is_control) {
-                let why = format!("Use at most {MAX_LABEL_CHARS} characters, on one line.");
-                return home(cx, account, None, Some(&why), None, 400);
-            }
-            let key = state.store.create_key_for(account.id, label, now)?;
+            let Some(label) = KeyLabel::parse(fields.get("label")) else {
+                return home(cx, account, None, Some(KEY_LABEL_RULE), None, 400);
+            };
+            let key = state
+                .store
+                .create_key_for(account.id, label.as_str(), now)?;
             log::info!("account {} created key {}", account.name, key.prefix());
-            let notice = KeyNotice { key: &key, label };
+            let notice = KeyNotice {
+                key: &key,
+                label: label.as_str(),
+            };
             home(cx, account, Some(notice), None, None, 200)
         }
         ("account", ["keys", prefix, "revoke"]) if get => {

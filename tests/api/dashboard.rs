@@ -453,6 +453,47 @@ fn a_key_is_shown_once_works_and_stops_working_when_revoked() {
 }
 
 #[test]
+fn key_labels_that_reorder_or_break_the_text_are_refused() {
+    let app = spawn_app();
+    app.account_with_login("booth", "pro");
+    let user = app.user("booth");
+    let csrf = user.csrf("/account");
+    for label in ["invoice\u{202E}gpj.exe", "two\u{2028}lines"] {
+        let reply = user.post("/account/keys", &[("csrf", &csrf), ("label", label)]);
+        assert_eq!(reply.status, 400, "{label:?}");
+        assert!(reply
+            .text()
+            .contains("without control or text-direction characters"));
+    }
+    assert_eq!(
+        app.store.keys("booth").unwrap().len(),
+        1,
+        "the first key only"
+    );
+}
+
+#[test]
+fn no_account_may_be_named_dot_or_dot_dot() {
+    let app = spawn_app();
+    let admin = app.admin();
+    let csrf = admin.csrf("/admin");
+    for name in [".", ".."] {
+        let reply = admin.post(
+            "/admin/accounts",
+            &[
+                ("csrf", &csrf),
+                ("name", name),
+                ("plan", "pro"),
+                ("password", ""),
+            ],
+        );
+        assert_eq!(reply.status, 400, "{name}");
+        assert!(reply.text().contains("may not be"));
+        assert!(app.store.account(name).is_err());
+    }
+}
+
+#[test]
 fn try_it_goes_through_the_pipeline_and_the_quota() {
     let app = spawn_app();
     app.account_with_login("booth", "pro");
