@@ -6,6 +6,7 @@ use super::api::{admit, cut_out_and_charge, parse_size, parse_subject, read_requ
 use super::multipart::Form;
 use super::respond::{header, Body};
 use super::session::{self, form_token, form_token_matches, header_value, Auth};
+use super::throttle::{device_cookie, device_nonce, Attempt, DEVICE_COOKIE, DEVICE_COOKIE_SECONDS};
 use super::tries::TryResult;
 use super::AppState;
 use crate::dashboard::{
@@ -251,36 +252,57 @@ fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Handled {
         return Err(Failure::BadCsrf);
     }
     let (name, password) = (fields.get("name").trim(), fields.get("password"));
+    let device = match session::cookie(request, DEVICE_COOKIE) {
+        Some(cookie) => device_nonce(&state.store.device_key()?, cookie, name),
+        None => None,
+    };
     let address = request.remote_addr().map(|a| a.ip());
-    let throttle = &state.dashboard.throttle;
-    if let Err(wait) = throttle.check(name, address, now) {
-        let minutes = (wait + 59) / 60;
-        let why = format!("Too many failed sign-ins for this name or from this device. Try again in {minutes} minute{}.", if minutes == 1 { "" } else { "s" });
-        return Ok(login_form(request, name, Some(&why), 429));
-    }
-    let (principal, hash, suspended) = if name == ADMIN_LOGIN {
-        (Principal::Admin, state.store.admin_password_hash()?, false)
-    } else {
-        match state.store.account_login(name)? {
-            Some((account, hash)) => (Principal::Account(account.id), hash, account.suspended),
-            None => (Principal::Admin, None, false),
+    let attempt = Attempt {
+        name,
+        address,
+        device,
+    };
+    // Counted before the password is checked, so parallel guesses cannot
+    // all pass the limit before the first of them fails.
+    let ticket = match state.dashboard.throttle.begin(&attempt, now) {
+        Ok(ticket) => ticket,
+        Err(wait) => {
+            let minutes = (wait + 59) / 60;
+            let why = format!("Too many failed sign-ins for this name or from this device. Try again in {minutes} minute{}.", if minutes == 1 { "" } else { "s" });
+            return Ok(login_form(request, name, Some(&why), 429));
         }
     };
-    if !verify_password(password, hash.as_deref()) {
-        throttle.failed(name, address, now);
-        log::warn!(
-            "failed sign-in for {name:?} from {}",
-            address.map_or("-".into(), |a| a.to_string())
-        );
+    let login = if name == ADMIN_LOGIN {
+        Some((Principal::Admin, state.store.admin_password_hash()?, false))
+    } else {
+        state
+            .store
+            .account_login(name)?
+            .map(|(a, hash)| (Principal::Account(a.id), hash, a.suspended))
+    };
+    let right = verify_password(password, login.as_ref().and_then(|l| l.1.as_deref()));
+    let from = address.map_or("-".into(), |a| a.to_string());
+    let known = login.is_some();
+    let Some((principal, _, suspended)) = login.filter(|_| right) else {
+        // A known name is safe to log (the AccountName rule); an unknown
+        // one may be a password typed into the wrong field, or 64 KB.
+        let who = if known {
+            name.to_owned()
+        } else {
+            format!("an unknown name ({} bytes)", name.len())
+        };
+        log::warn!("failed sign-in for {who} from {from}");
         return Ok(login_form(
             request,
             name,
             Some("Wrong name or password."),
             401,
         ));
-    }
-    throttle.succeeded(name);
+    };
     if suspended {
+        // Still counted: otherwise a suspended account could be guessed
+        // without limit, the 403 telling when the guess was right.
+        log::warn!("refused sign-in to suspended account {name} from {from}");
         return Ok(login_form(
             request,
             name,
@@ -288,6 +310,7 @@ fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Handled {
             403,
         ));
     }
+    state.dashboard.throttle.succeeded(ticket);
     let cookie = session::start(state, request, principal, now)?;
     log::info!("{name} signed in");
     let mut response = redirect(if principal == Principal::Admin {
@@ -296,8 +319,25 @@ fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Handled {
         "/account"
     });
     response.add_header(cookie);
+    response.add_header(device_cookie_header(state, request, name)?);
     response.add_header(session::set_cookie(request, session::FORM_COOKIE, "", 0));
     Ok(response)
+}
+
+/// Marks this browser as one that signed in as `name`: its later attempts
+/// count only against itself (see throttle.rs).
+fn device_cookie_header(
+    state: &AppState,
+    request: &Request,
+    name: &str,
+) -> Result<tiny_http::Header, Failure> {
+    let value = device_cookie(&state.store.device_key()?, name);
+    Ok(session::set_cookie(
+        request,
+        DEVICE_COOKIE,
+        &value,
+        DEVICE_COOKIE_SECONDS,
+    ))
 }
 
 fn sign_out(state: &AppState, request: &mut Request, auth: Option<&Auth>) -> Handled {
@@ -381,6 +421,7 @@ fn setup(state: &AppState, request: &mut Request, now: i64) -> Handled {
     log::info!("operator password set through the setup link");
     let mut response = redirect("/admin");
     response.add_header(session::start(state, request, Principal::Admin, now)?);
+    response.add_header(device_cookie_header(state, request, ADMIN_LOGIN)?);
     Ok(response)
 }
 

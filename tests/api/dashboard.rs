@@ -5,6 +5,7 @@
 use crate::helpers::*;
 use cutout::domain::Month;
 use std::sync::atomic::Ordering;
+use std::thread;
 
 #[test]
 fn first_start_offers_a_one_time_setup_link_that_sets_the_admin_password() {
@@ -96,6 +97,18 @@ fn session_cookies_are_http_only_same_site_strict_and_secure_behind_tls() {
         "{cookie}"
     );
     assert!(!cookie.contains("Secure"));
+    let device = plain
+        .all_headers("set-cookie")
+        .into_iter()
+        .find(|c| c.starts_with("cutout_device=admin:"))
+        .expect("a device cookie")
+        .to_owned();
+    assert!(
+        device.contains("HttpOnly")
+            && device.contains("SameSite=Strict")
+            && device.contains("Max-Age=31536000"),
+        "{device}"
+    );
 
     let proxied = Browser::new(&app).with_header("X-Forwarded-Proto", "https");
     let reply = proxied.sign_in("admin", ADMIN_PASSWORD);
@@ -105,6 +118,12 @@ fn session_cookies_are_http_only_same_site_strict_and_secure_behind_tls() {
         .find(|c| c.starts_with("cutout_session="))
         .unwrap();
     assert!(cookie.contains("; Secure"), "{cookie}");
+    let device = reply
+        .all_headers("set-cookie")
+        .into_iter()
+        .find(|c| c.starts_with("cutout_device="))
+        .unwrap();
+    assert!(device.contains("; Secure"), "{device}");
 }
 
 #[test]
@@ -169,6 +188,125 @@ fn sign_in_is_throttled_after_five_failures_for_a_name() {
         Browser::new(&app).sign_in("admin", ADMIN_PASSWORD).status,
         303
     );
+}
+
+#[test]
+fn parallel_guesses_at_one_name_check_no_more_passwords_than_the_limit() {
+    let app = spawn_app();
+    app.set_admin_password();
+    let statuses: Vec<u16> = thread::scope(|s| {
+        let guesses: Vec<_> = (0..150)
+            .map(|_| s.spawn(|| Browser::new(&app).sign_in("admin", "guess guess").status))
+            .collect();
+        guesses.into_iter().map(|g| g.join().unwrap()).collect()
+    });
+    let checked = statuses.iter().filter(|&&s| s == 401).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((checked, refused), (5, 145), "{statuses:?}");
+}
+
+#[test]
+fn a_stranger_cannot_lock_out_a_browser_that_signed_in_before() {
+    let app = spawn_app();
+    let operator = app.admin();
+    let csrf = operator.csrf("/admin");
+    assert_eq!(operator.post("/logout", &[("csrf", &csrf)]).status, 303);
+    assert!(
+        operator.cookie("cutout_device").is_some(),
+        "kept on sign-out"
+    );
+
+    for name in ["ADMIN", "admin", "Admin"].into_iter().cycle().take(40) {
+        let status = Browser::new(&app).sign_in(name, "guess guess").status;
+        assert!(matches!(status, 401 | 429), "{status}");
+    }
+    let fresh = Browser::new(&app).sign_in("admin", ADMIN_PASSWORD);
+    assert_eq!(fresh.status, 429, "a browser never seen before waits");
+    let forged = Browser::new(&app);
+    forged.set_cookie(
+        "cutout_device",
+        &format!("admin:{}:{}", "0".repeat(32), "0".repeat(64)),
+    );
+    assert_eq!(forged.sign_in("admin", ADMIN_PASSWORD).status, 429);
+
+    let reply = operator.sign_in("admin", ADMIN_PASSWORD);
+    assert_eq!(
+        (reply.status, reply.header("location")),
+        (303, Some("/admin")),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(operator.get("/admin").status, 200);
+}
+
+#[test]
+fn a_suspended_accounts_right_password_counts_as_a_failure() {
+    let app = spawn_app();
+    app.account_with_login("booth", "pro");
+    app.store.set_suspended("booth", true, MID_MARCH).unwrap();
+    for _ in 0..4 {
+        assert_eq!(
+            Browser::new(&app).sign_in("booth", "guess guess").status,
+            401
+        );
+    }
+    let right = Browser::new(&app).sign_in("booth", USER_PASSWORD);
+    assert_eq!(right.status, 403);
+    assert!(right
+        .all_headers("set-cookie")
+        .iter()
+        .all(|c| !c.starts_with("cutout_session") && !c.starts_with("cutout_device")));
+    let next = Browser::new(&app).sign_in("booth", USER_PASSWORD);
+    assert_eq!(
+        next.status, 429,
+        "the right guess was counted, nothing reset"
+    );
+}
+
+#[test]
+fn failed_sign_ins_with_long_names_keep_the_log_and_memory_small() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), "warn", &[]);
+    let long = "p".repeat(64_000); // a 64 KB form holds no more
+    let log_before = std::fs::metadata(&server.log).unwrap().len();
+    let rss_before = server.rss_kib();
+    let statuses: Vec<u16> = thread::scope(|s| {
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let long = &long;
+                let addr = server.addr;
+                s.spawn(move || {
+                    (0..50)
+                        .map(|i| {
+                            let name = format!("{t}-{i:02}-{long}");
+                            Browser::at(addr).sign_in(&name, "guess guess").status
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    });
+    let rss_after = server.rss_kib();
+    let checked = statuses.iter().filter(|&&s| s == 401).count();
+    assert_eq!(
+        (checked, statuses.len() - checked),
+        (20, 180),
+        "the address limit"
+    );
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    let grown = log.len() as u64 - log_before;
+    // 20 lines of about 90 bytes; the names alone would be 12.8 MB.
+    assert!(grown < 4096, "the log grew {grown} bytes");
+    assert!(!log.contains(&long[..32]), "no raw name in the log");
+    assert!(log.contains("failed sign-in for an unknown name (64005 bytes) from 127.0.0.1"));
+    // From a cold start: the first password checks and 64 KB forms cost
+    // about 8 MiB of arenas and buffers here, whatever the throttle keeps.
+    let rss_grown = rss_after.saturating_sub(rss_before);
+    assert!(rss_grown < 12 * 1024, "RSS grew {rss_grown} KiB");
 }
 
 #[test]

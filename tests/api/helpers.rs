@@ -426,8 +426,13 @@ pub struct Browser {
 
 impl Browser {
     pub fn new(app: &TestApp) -> Browser {
+        Browser::at(app.addr)
+    }
+
+    /// A browser for a server started some other way (`Server`).
+    pub fn at(addr: SocketAddr) -> Browser {
         Browser {
-            addr: app.addr,
+            addr,
             cookies: Mutex::default(),
             extra: vec![],
         }
