@@ -155,6 +155,19 @@ pub fn request(
     headers: &[(String, String)],
     body: &[u8],
 ) -> Reply {
+    request_from(None, addr, method, path, headers, body)
+}
+
+/// `request` from the local address `source` (any of 127.0.0.0/8 reaches
+/// a server on 127.0.0.1), so a test can be several clients.
+pub fn request_from(
+    source: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Reply {
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -165,12 +178,27 @@ pub fn request(
     head.push_str("\r\n");
     let mut raw = head.into_bytes();
     raw.extend_from_slice(body);
-    send_raw(addr, &raw)
+    send_raw_from(source, addr, &raw)
 }
 
 /// Writes `raw` to the server and reads the whole response.
 pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(addr).unwrap();
+    send_raw_from(None, addr, raw)
+}
+
+fn connect_from(source: Option<std::net::IpAddr>, addr: SocketAddr) -> TcpStream {
+    let Some(source) = source else {
+        return TcpStream::connect(addr).unwrap();
+    };
+    use rustix::net::{AddressFamily, SocketType};
+    let socket = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    rustix::net::bind(&socket, &SocketAddr::new(source, 0)).unwrap();
+    rustix::net::connect(&socket, &addr).unwrap();
+    TcpStream::from(socket)
+}
+
+fn send_raw_from(source: Option<std::net::IpAddr>, addr: SocketAddr, raw: &[u8]) -> Reply {
+    let mut stream = connect_from(source, addr);
     stream
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
@@ -420,6 +448,7 @@ pub fn png(w: u32, h: u32) -> Vec<u8> {
 /// sees every status and `Location`.
 pub struct Browser {
     addr: SocketAddr,
+    source: Option<std::net::IpAddr>,
     cookies: Mutex<Vec<(String, String)>>,
     extra: Vec<(String, String)>,
 }
@@ -433,9 +462,16 @@ impl Browser {
     pub fn at(addr: SocketAddr) -> Browser {
         Browser {
             addr,
+            source: None,
             cookies: Mutex::default(),
             extra: vec![],
         }
+    }
+
+    /// A browser that connects from `source`, one of 127.0.0.0/8.
+    pub fn with_address(mut self, source: std::net::IpAddr) -> Browser {
+        self.source = Some(source);
+        self
     }
 
     /// A browser that sends `name: value` on every request.
@@ -472,7 +508,7 @@ impl Browser {
         }
         headers.push(("Accept".into(), "text/html".into()));
         headers.extend(self.extra.iter().cloned());
-        let reply = request(self.addr, method, path, &headers, body);
+        let reply = request_from(self.source, self.addr, method, path, &headers, body);
         for set in reply.headers.iter().filter(|(k, _)| k == "set-cookie") {
             let (name, rest) = set.1.split_once('=').unwrap();
             let value = rest.split(';').next().unwrap();
