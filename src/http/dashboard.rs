@@ -311,6 +311,8 @@ fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Handled {
         ));
     }
     state.dashboard.throttle.succeeded(ticket);
+    // Before the session is stored, so a failure leaves none behind.
+    let device = device_cookie_header(state, request, name)?;
     let cookie = session::start(state, request, principal, now)?;
     log::info!("{name} signed in");
     let mut response = redirect(if principal == Principal::Admin {
@@ -319,7 +321,7 @@ fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Handled {
         "/account"
     });
     response.add_header(cookie);
-    response.add_header(device_cookie_header(state, request, name)?);
+    response.add_header(device);
     response.add_header(session::set_cookie(request, session::FORM_COOKIE, "", 0));
     Ok(response)
 }
@@ -414,6 +416,8 @@ fn setup(state: &AppState, request: &mut Request, now: i64) -> Handled {
         let csrf = fields.csrf().unwrap_or_default();
         return Ok(html(400, view::setup_page(token, csrf, Some(error))));
     }
+    // Before the password is stored, so a failure leaves the link usable.
+    let device = device_cookie_header(state, request, ADMIN_LOGIN)?;
     state
         .store
         .set_admin_password(&hash_password(password), now)?;
@@ -421,7 +425,7 @@ fn setup(state: &AppState, request: &mut Request, now: i64) -> Handled {
     log::info!("operator password set through the setup link");
     let mut response = redirect("/admin");
     response.add_header(session::start(state, request, Principal::Admin, now)?);
-    response.add_header(device_cookie_header(state, request, ADMIN_LOGIN)?);
+    response.add_header(device);
     Ok(response)
 }
 

@@ -240,6 +240,53 @@ fn a_stranger_cannot_lock_out_a_browser_that_signed_in_before() {
 }
 
 #[test]
+fn a_sign_in_that_cannot_read_the_device_key_fails_and_starts_no_session() {
+    let app = spawn_app();
+    let operator = app.admin();
+    let db = rusqlite::Connection::open(app.data_dir().join("cutout.db")).unwrap();
+    db.execute_batch("DROP TABLE device_key").unwrap();
+
+    let fresh = Browser::new(&app);
+    let reply = fresh.sign_in("admin", ADMIN_PASSWORD);
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert!(reply.text().contains("Database unavailable"));
+    assert!(fresh.cookie("cutout_session").is_none());
+    let sessions: i64 = db
+        .query_row("SELECT COUNT(*) FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(sessions, 1, "only the operator's first");
+
+    let csrf = operator.csrf("/admin");
+    operator.post("/logout", &[("csrf", &csrf)]);
+    assert_eq!(operator.sign_in("admin", ADMIN_PASSWORD).status, 503);
+}
+
+#[test]
+fn a_setup_that_cannot_read_the_device_key_sets_no_password() {
+    let app = spawn_app();
+    let token = app.state.dashboard.setup_token().unwrap();
+    let db = rusqlite::Connection::open(app.data_dir().join("cutout.db")).unwrap();
+    db.execute_batch("DROP TABLE device_key").unwrap();
+    let browser = Browser::new(&app);
+    let csrf = browser.csrf(&format!("/setup?token={token}"));
+    let reply = browser.post(
+        "/setup",
+        &[
+            ("csrf", &csrf),
+            ("token", &token),
+            ("password", ADMIN_PASSWORD),
+            ("confirm", ADMIN_PASSWORD),
+        ],
+    );
+    assert_eq!(reply.status, 503);
+    assert!(app.store.admin_password_hash().unwrap().is_none());
+    assert!(
+        app.state.dashboard.setup_token().is_some(),
+        "the link still works"
+    );
+}
+
+#[test]
 fn a_suspended_accounts_right_password_counts_as_a_failure() {
     let app = spawn_app();
     app.account_with_login("booth", "pro");

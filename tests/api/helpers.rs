@@ -91,6 +91,11 @@ pub fn spawn_app_with(engine: EngineSource, tweak: impl FnOnce(&mut Settings)) -
 }
 
 impl TestApp {
+    /// The data directory, `cutout.db` in it.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._data_dir.path()
+    }
+
     /// A new account on `plan` and one key for it.
     pub fn account(&self, name: &str, plan: &str) -> String {
         self.store
