@@ -234,6 +234,13 @@ mod tests {
         }
     }
 
+    /// 30 attempts at `admin`, 5 from each of six /64s, at time 100.
+    fn use_up_admin_from_six_networks(t: &LoginThrottle) {
+        for n in 0..6 {
+            fail(t, &attempt("admin", v6(n, 1)), 100, 5);
+        }
+    }
+
     #[test]
     fn a_name_from_one_address_is_locked_after_five_until_the_first_is_fifteen_minutes_old() {
         let t = LoginThrottle::default();
@@ -263,9 +270,7 @@ mod tests {
     #[test]
     fn a_name_is_locked_after_thirty_attempts_from_anywhere() {
         let t = LoginThrottle::default();
-        for n in 0..6 {
-            fail(&t, &attempt("admin", v6(n, 1)), 100, 5);
-        }
+        use_up_admin_from_six_networks(&t);
         assert!(t.begin(&attempt("admin", v6(99, 1)), 101).is_err());
         assert!(t.begin(&attempt("admin", v4(1)), 101).is_err());
         assert!(t.begin(&attempt("booth", v6(99, 1)), 101).is_ok());
@@ -317,9 +322,7 @@ mod tests {
     #[test]
     fn a_device_cookie_holder_counts_only_in_its_own_bucket() {
         let t = LoginThrottle::default();
-        for n in 0..6 {
-            fail(&t, &attempt("admin", v6(n, 1)), 100, 5);
-        }
+        use_up_admin_from_six_networks(&t);
         let operator = |nonce| Attempt {
             name: "admin",
             address: v6(0, 1),
@@ -350,9 +353,7 @@ mod tests {
     #[test]
     fn a_flood_of_names_stays_within_bounds_and_keeps_a_name_under_attack_locked() {
         let t = LoginThrottle::default();
-        for n in 0..6 {
-            fail(&t, &attempt("admin", v6(n, 1)), 100, 5);
-        }
+        use_up_admin_from_six_networks(&t);
         for i in 0..100_000u32 {
             let name = format!("{i}{}", "y".repeat(100));
             let address = v6(1000 + (i / 5) as u16, 1);

@@ -575,6 +575,14 @@ impl Reply {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
+    /// The `Set-Cookie` header that sets cookie `name`.
+    pub fn set_cookie(&self, name: &str) -> Option<&str> {
+        let prefix = format!("{name}=");
+        self.all_headers("set-cookie")
+            .into_iter()
+            .find(|c| c.starts_with(&prefix))
+    }
+
     pub fn all_headers(&self, name: &str) -> Vec<&str> {
         let name = name.to_ascii_lowercase();
         self.headers
