@@ -49,14 +49,16 @@ impl SubjectType {
 }
 
 /// An account's name: 1 to 64 of `A-Z a-z 0-9 . _ -`, so it is safe in logs,
-/// URLs and shell lines without quoting. `admin` is the operator's login
-/// name, so no account may take it.
+/// URLs and shell lines without quoting. Not `.` or `..`, which are no
+/// path segment (the dashboard's `/admin/accounts/NAME` could not reach
+/// them). `admin` is the operator's login name, so no account may take it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountName(String);
 
 impl AccountName {
     pub fn parse(s: &str) -> Option<AccountName> {
-        let ok = (1..=64).contains(&s.len())
+        let ok = (1..=MAX_NAME_BYTES).contains(&s.len())
+            && !matches!(s, "." | "..")
             && !s.eq_ignore_ascii_case(ADMIN_LOGIN)
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
@@ -75,7 +77,44 @@ impl fmt::Display for AccountName {
 }
 
 pub const ACCOUNT_NAME_RULE: &str =
-    "Account names are 1 to 64 of A-Z a-z 0-9 . _ - and may not be \"admin\".";
+    "Account names are 1 to 64 of A-Z a-z 0-9 . _ -, and may not be \".\", \"..\" or \"admin\".";
+
+/// The longest account name, in bytes (all ASCII).
+pub const MAX_NAME_BYTES: usize = 64;
+
+/// A key's label, as the key list shows it: at most 64 characters on one
+/// line, and none that reorders the text around it. A bidi override
+/// (U+202E) in a label would make the list show other text than it holds,
+/// e.g. a label that reads as another key's prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLabel(String);
+
+const MAX_LABEL_CHARS: usize = 64;
+
+pub const KEY_LABEL_RULE: &str = "Use at most 64 characters, on one line, \
+    without control or text-direction characters.";
+
+impl KeyLabel {
+    /// `s` with surrounding white space removed, if it follows the rule.
+    pub fn parse(s: &str) -> Option<KeyLabel> {
+        let s = s.trim();
+        let forbidden = |c: char| {
+            c.is_control()
+                || matches!(
+                    c,
+                    '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{2028}' | '\u{2029}'
+                )
+                || ('\u{202A}'..='\u{202E}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+        };
+        let ok = s.chars().count() <= MAX_LABEL_CHARS && !s.chars().any(forbidden);
+        ok.then(|| KeyLabel(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 /// The name the operator signs in to the dashboard with.
 pub const ADMIN_LOGIN: &str = "admin";
@@ -237,6 +276,31 @@ mod tests {
     }
 
     #[test]
+    fn no_account_may_be_named_like_a_path_step() {
+        assert!(AccountName::parse(".").is_none());
+        assert!(AccountName::parse("..").is_none());
+        assert!(AccountName::parse("...").is_some());
+        assert!(AccountName::parse(".booth").is_some());
+        assert!(ACCOUNT_NAME_RULE.contains("\"..\""));
+    }
+
+    #[test]
+    fn labels_refuse_controls_text_direction_marks_and_line_separators() {
+        for c in [
+            '\n', '\u{7f}', '\u{061C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202E}', '\u{2066}',
+            '\u{2069}', '\u{2028}', '\u{2029}',
+        ] {
+            assert_eq!(KeyLabel::parse(&format!("front{c}door")), None, "{c:?}");
+        }
+        assert_eq!(
+            KeyLabel::parse("  Booth <2> ü 写真 ").unwrap().as_str(),
+            "Booth <2> ü 写真"
+        );
+        assert!(KeyLabel::parse(&"é".repeat(64)).is_some());
+        assert!(KeyLabel::parse(&"é".repeat(65)).is_none());
+    }
+
+    #[test]
     fn a_generated_key_parses_and_its_prefix_is_twelve_characters() {
         let key = ApiKey::generate();
         assert_eq!(ApiKey::parse(key.expose()), Some(key.clone()));
@@ -278,6 +342,16 @@ mod tests {
         fn account_names_are_shell_and_url_safe(s in "\\PC{0,80}") {
             if let Some(n) = AccountName::parse(&s) {
                 prop_assert!(n.as_str().bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)));
+                prop_assert!(n.as_str() != "." && n.as_str() != "..");
+            }
+        }
+
+        #[test]
+        fn a_label_is_one_line_that_keeps_its_direction(s in "\\PC{0,80}") {
+            if let Some(l) = KeyLabel::parse(&s) {
+                let one_line = !l.as_str().contains(['\u{202E}', '\u{2028}', '\n']);
+                prop_assert!(one_line);
+                prop_assert!(l.as_str().chars().count() <= 64);
             }
         }
     }

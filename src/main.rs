@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use cutout::clock::Clock;
 use cutout::config::{Config, Settings, DEFAULT_CONFIG_FILE};
 use cutout::discovery;
-use cutout::domain::{utc_date, AccountName, Month, SizeMode, SubjectType};
+use cutout::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectType};
 use cutout::engine::{EngineKind, Manifest};
 use cutout::led::{Led, NoLight};
 use cutout::pipeline::{Loader, Pipeline};
@@ -268,7 +268,9 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Key(KeyCommand::Create { account, label }) => {
-            let key = store()?.create_key(&account, &label, now)?;
+            let label = KeyLabel::parse(&label)
+                .ok_or_else(|| anyhow!("--label: {}", cutout::domain::KEY_LABEL_RULE))?;
+            let key = store()?.create_key(&account, label.as_str(), now)?;
             eprintln!("new key for {account} (shown only now; store it safely):");
             println!("{}", key.expose());
             Ok(())

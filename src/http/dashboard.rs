@@ -6,13 +6,14 @@ use super::api::{admit, cut_out_and_charge, parse_size, parse_subject, read_requ
 use super::multipart::Form;
 use super::respond::{header, Body};
 use super::session::{self, form_token, form_token_matches, header_value, Auth};
+use super::throttle::{device_cookie, device_nonce, Attempt, DEVICE_COOKIE, DEVICE_COOKIE_SECONDS};
 use super::tries::TryResult;
 use super::AppState;
 use crate::dashboard::{
     self as view, openapi, AccountForms, AccountView, KeyNotice, Nav, NewAccount, StatusView,
     TryView,
 };
-use crate::domain::{AccountName, Month, ACCOUNT_NAME_RULE, ADMIN_LOGIN};
+use crate::domain::{AccountName, KeyLabel, Month, ACCOUNT_NAME_RULE, ADMIN_LOGIN, KEY_LABEL_RULE};
 use crate::error::ApiError;
 use crate::imaging;
 use crate::limits::Permit;
@@ -27,7 +28,6 @@ use tiny_http::{Method, Request, Response};
 
 /// URL-encoded forms are small; anything bigger is not one of ours.
 const MAX_FORM_BYTES: u64 = 64 * 1024;
-const MAX_LABEL_CHARS: usize = 64;
 
 /// Why a dashboard request ends without its page.
 enum Failure {
@@ -252,36 +252,57 @@ fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Handled {
         return Err(Failure::BadCsrf);
     }
     let (name, password) = (fields.get("name").trim(), fields.get("password"));
+    let device = match session::cookie(request, DEVICE_COOKIE) {
+        Some(cookie) => device_nonce(&state.store.device_key()?, cookie, name),
+        None => None,
+    };
     let address = request.remote_addr().map(|a| a.ip());
-    let throttle = &state.dashboard.throttle;
-    if let Err(wait) = throttle.check(name, address, now) {
-        let minutes = (wait + 59) / 60;
-        let why = format!("Too many failed sign-ins for this name or from this device. Try again in {minutes} minute{}.", if minutes == 1 { "" } else { "s" });
-        return Ok(login_form(request, name, Some(&why), 429));
-    }
-    let (principal, hash, suspended) = if name == ADMIN_LOGIN {
-        (Principal::Admin, state.store.admin_password_hash()?, false)
-    } else {
-        match state.store.account_login(name)? {
-            Some((account, hash)) => (Principal::Account(account.id), hash, account.suspended),
-            None => (Principal::Admin, None, false),
+    let attempt = Attempt {
+        name,
+        address,
+        device,
+    };
+    // Counted before the password is checked, so parallel guesses cannot
+    // all pass the limit before the first of them fails.
+    let ticket = match state.dashboard.throttle.begin(&attempt, now) {
+        Ok(ticket) => ticket,
+        Err(wait) => {
+            let minutes = (wait + 59) / 60;
+            let why = format!("Too many failed sign-ins for this name or from this device. Try again in {minutes} minute{}.", if minutes == 1 { "" } else { "s" });
+            return Ok(login_form(request, name, Some(&why), 429));
         }
     };
-    if !verify_password(password, hash.as_deref()) {
-        throttle.failed(name, address, now);
-        log::warn!(
-            "failed sign-in for {name:?} from {}",
-            address.map_or("-".into(), |a| a.to_string())
-        );
+    let login = if name == ADMIN_LOGIN {
+        Some((Principal::Admin, state.store.admin_password_hash()?, false))
+    } else {
+        state
+            .store
+            .account_login(name)?
+            .map(|(a, hash)| (Principal::Account(a.id), hash, a.suspended))
+    };
+    let right = verify_password(password, login.as_ref().and_then(|l| l.1.as_deref()));
+    let from = address.map_or("-".into(), |a| a.to_string());
+    let known = login.is_some();
+    let Some((principal, _, suspended)) = login.filter(|_| right) else {
+        // A known name is safe to log (the AccountName rule); an unknown
+        // one may be a password typed into the wrong field, or 64 KB.
+        let who = if known {
+            name.to_owned()
+        } else {
+            format!("an unknown name ({} bytes)", name.len())
+        };
+        log::warn!("failed sign-in for {who} from {from}");
         return Ok(login_form(
             request,
             name,
             Some("Wrong name or password."),
             401,
         ));
-    }
-    throttle.succeeded(name);
+    };
     if suspended {
+        // Still counted: otherwise a suspended account could be guessed
+        // without limit, the 403 telling when the guess was right.
+        log::warn!("refused sign-in to suspended account {name} from {from}");
         return Ok(login_form(
             request,
             name,
@@ -289,6 +310,9 @@ fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Handled {
             403,
         ));
     }
+    state.dashboard.throttle.succeeded(ticket);
+    // Before the session is stored, so a failure leaves none behind.
+    let device = device_cookie_header(state, request, name)?;
     let cookie = session::start(state, request, principal, now)?;
     log::info!("{name} signed in");
     let mut response = redirect(if principal == Principal::Admin {
@@ -297,8 +321,25 @@ fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Handled {
         "/account"
     });
     response.add_header(cookie);
+    response.add_header(device);
     response.add_header(session::set_cookie(request, session::FORM_COOKIE, "", 0));
     Ok(response)
+}
+
+/// Marks this browser as one that signed in as `name`: its later attempts
+/// count only against itself (see throttle.rs).
+fn device_cookie_header(
+    state: &AppState,
+    request: &Request,
+    name: &str,
+) -> Result<tiny_http::Header, Failure> {
+    let value = device_cookie(&state.store.device_key()?, name);
+    Ok(session::set_cookie(
+        request,
+        DEVICE_COOKIE,
+        &value,
+        DEVICE_COOKIE_SECONDS,
+    ))
 }
 
 fn sign_out(state: &AppState, request: &mut Request, auth: Option<&Auth>) -> Handled {
@@ -375,6 +416,8 @@ fn setup(state: &AppState, request: &mut Request, now: i64) -> Handled {
         let csrf = fields.csrf().unwrap_or_default();
         return Ok(html(400, view::setup_page(token, csrf, Some(error))));
     }
+    // Before the password is stored, so a failure leaves the link usable.
+    let device = device_cookie_header(state, request, ADMIN_LOGIN)?;
     state
         .store
         .set_admin_password(&hash_password(password), now)?;
@@ -382,6 +425,7 @@ fn setup(state: &AppState, request: &mut Request, now: i64) -> Handled {
     log::info!("operator password set through the setup link");
     let mut response = redirect("/admin");
     response.add_header(session::start(state, request, Principal::Admin, now)?);
+    response.add_header(device);
     Ok(response)
 }
 
@@ -626,14 +670,17 @@ fn user(
         ("account", []) if get => home(cx, account, None, None, flash(request), 200),
         ("account", ["keys"]) if post => {
             let fields = cx.fields(request)?;
-            let label = fields.get("label").trim();
-            if label.chars().count() > MAX_LABEL_CHARS || label.chars().any(char::is_control) {
-                let why = format!("Use at most {MAX_LABEL_CHARS} characters, on one line.");
-                return home(cx, account, None, Some(&why), None, 400);
-            }
-            let key = state.store.create_key_for(account.id, label, now)?;
+            let Some(label) = KeyLabel::parse(fields.get("label")) else {
+                return home(cx, account, None, Some(KEY_LABEL_RULE), None, 400);
+            };
+            let key = state
+                .store
+                .create_key_for(account.id, label.as_str(), now)?;
             log::info!("account {} created key {}", account.name, key.prefix());
-            let notice = KeyNotice { key: &key, label };
+            let notice = KeyNotice {
+                key: &key,
+                label: label.as_str(),
+            };
             home(cx, account, Some(notice), None, None, 200)
         }
         ("account", ["keys", prefix, "revoke"]) if get => {

@@ -5,6 +5,7 @@
 mod schema;
 
 use crate::domain::{AccountName, ApiKey, Month};
+use crate::secrets::random_token;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::Mutex;
@@ -291,6 +292,23 @@ impl Store {
         Ok(())
     }
 
+    /// The key that signs device cookies, made on first use. Not made by the
+    /// migration: SQLite's `randomblob` is not documented as fit for keys.
+    pub fn device_key(&self) -> Result<String> {
+        const SELECT: &str = "SELECT key FROM device_key WHERE id = 1";
+        let conn = self.conn();
+        if let Some(key) = conn.query_row(SELECT, [], |r| r.get(0)).optional()? {
+            return Ok(key);
+        }
+        // `OR IGNORE`: should another process (the command line) have just
+        // made one, the first key stays.
+        conn.execute(
+            "INSERT OR IGNORE INTO device_key (id, key) VALUES (1, ?1)",
+            [random_token()],
+        )?;
+        Ok(conn.query_row(SELECT, [], |r| r.get(0))?)
+    }
+
     /// Records a new session (by the SHA-256 of its token) and clears out
     /// expired ones.
     pub fn create_session(
@@ -512,5 +530,26 @@ impl Store {
             [now],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_key_is_made_once_and_outlives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Store::open(dir.path()).unwrap().device_key().unwrap();
+        assert_eq!(key.len(), 64);
+        let reopened = Store::open(dir.path()).unwrap();
+        assert_eq!(reopened.device_key().unwrap(), key);
+        assert_ne!(
+            Store::open(tempfile::tempdir().unwrap().path())
+                .unwrap()
+                .device_key()
+                .unwrap(),
+            key
+        );
     }
 }

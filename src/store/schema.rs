@@ -55,6 +55,12 @@ const MIGRATIONS: &[&str] = &[
         id INTEGER PRIMARY KEY CHECK (id = 1),
         written_at INTEGER NOT NULL
      );",
+    // 4: the key that signs device cookies (a browser's proof that it
+    // signed in as a name before), kept so that they outlive a restart.
+    "CREATE TABLE device_key (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        key TEXT NOT NULL               -- 256 random bits, hex; made on first use
+     );",
 ];
 
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {

@@ -270,5 +270,32 @@ fn an_account_may_not_take_the_operators_login_name() {
         &["account", "create", "admin", "--plan", "pro"],
     );
     assert_eq!(reply.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&reply.stderr).contains("may not be \"admin\""));
+    assert!(String::from_utf8_lossy(&reply.stderr).contains("\"admin\""));
+}
+
+#[test]
+fn the_command_line_refuses_dot_names_and_labels_that_reorder_text() {
+    let data = tempfile::tempdir().unwrap();
+    let dot = cutout(data.path(), &["account", "create", "..", "--plan", "pro"]);
+    assert!(!dot.status.success());
+    assert!(String::from_utf8_lossy(&dot.stderr).contains("may not be"));
+
+    let made = cutout(
+        data.path(),
+        &["account", "create", "booth", "--plan", "pro"],
+    );
+    assert!(made.status.success());
+    let bidi = cutout(
+        data.path(),
+        &[
+            "key",
+            "create",
+            "booth",
+            "--label",
+            "invoice\u{202E}gpj.exe",
+        ],
+    );
+    assert!(!bidi.status.success());
+    assert!(String::from_utf8_lossy(&bidi.stderr).contains("text-direction"));
+    assert!(stdout(&bidi).is_empty(), "no key printed");
 }

@@ -91,6 +91,7 @@ pub fn spawn_app_with(engine: EngineSource, tweak: impl FnOnce(&mut Settings)) -
 }
 
 impl TestApp {
+    /// The data directory, `cutout.db` in it.
     pub fn data_dir(&self) -> &std::path::Path {
         self._data_dir.path()
     }
@@ -159,6 +160,19 @@ pub fn request(
     headers: &[(String, String)],
     body: &[u8],
 ) -> Reply {
+    request_from(None, addr, method, path, headers, body)
+}
+
+/// `request` from the local address `source` (any of 127.0.0.0/8 reaches
+/// a server on 127.0.0.1), so a test can be several clients.
+pub fn request_from(
+    source: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Reply {
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -169,12 +183,27 @@ pub fn request(
     head.push_str("\r\n");
     let mut raw = head.into_bytes();
     raw.extend_from_slice(body);
-    send_raw(addr, &raw)
+    send_raw_from(source, addr, &raw)
 }
 
 /// Writes `raw` to the server and reads the whole response.
 pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(addr).unwrap();
+    send_raw_from(None, addr, raw)
+}
+
+fn connect_from(source: Option<std::net::IpAddr>, addr: SocketAddr) -> TcpStream {
+    let Some(source) = source else {
+        return TcpStream::connect(addr).unwrap();
+    };
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::new(source, 0).into()).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    socket.into()
+}
+
+fn send_raw_from(source: Option<std::net::IpAddr>, addr: SocketAddr, raw: &[u8]) -> Reply {
+    let mut stream = connect_from(source, addr);
     stream
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
@@ -424,17 +453,30 @@ pub fn png(w: u32, h: u32) -> Vec<u8> {
 /// sees every status and `Location`.
 pub struct Browser {
     addr: SocketAddr,
+    source: Option<std::net::IpAddr>,
     cookies: Mutex<Vec<(String, String)>>,
     extra: Vec<(String, String)>,
 }
 
 impl Browser {
     pub fn new(app: &TestApp) -> Browser {
+        Browser::at(app.addr)
+    }
+
+    /// A browser for a server started some other way (`Server`).
+    pub fn at(addr: SocketAddr) -> Browser {
         Browser {
-            addr: app.addr,
+            addr,
+            source: None,
             cookies: Mutex::default(),
             extra: vec![],
         }
+    }
+
+    /// A browser that connects from `source`, one of 127.0.0.0/8.
+    pub fn with_address(mut self, source: std::net::IpAddr) -> Browser {
+        self.source = Some(source);
+        self
     }
 
     /// A browser that sends `name: value` on every request.
@@ -471,7 +513,7 @@ impl Browser {
         }
         headers.push(("Accept".into(), "text/html".into()));
         headers.extend(self.extra.iter().cloned());
-        let reply = request(self.addr, method, path, &headers, body);
+        let reply = request_from(self.source, self.addr, method, path, &headers, body);
         for set in reply.headers.iter().filter(|(k, _)| k == "set-cookie") {
             let (name, rest) = set.1.split_once('=').unwrap();
             let value = rest.split(';').next().unwrap();
@@ -531,6 +573,14 @@ pub fn csrf_in(reply: &Reply) -> String {
 impl Reply {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The `Set-Cookie` header that sets cookie `name`.
+    pub fn set_cookie(&self, name: &str) -> Option<&str> {
+        let prefix = format!("{name}=");
+        self.all_headers("set-cookie")
+            .into_iter()
+            .find(|c| c.starts_with(&prefix))
     }
 
     pub fn all_headers(&self, name: &str) -> Vec<&str> {
