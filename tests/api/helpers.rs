@@ -173,6 +173,18 @@ pub fn request_from(
     headers: &[(String, String)],
     body: &[u8],
 ) -> Reply {
+    let raw = raw_request(addr, method, path, headers, body);
+    send_raw_from(source, addr, &raw)
+}
+
+/// A request's bytes, as a client sends them to `addr`.
+pub fn raw_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Vec<u8> {
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -183,7 +195,7 @@ pub fn request_from(
     head.push_str("\r\n");
     let mut raw = head.into_bytes();
     raw.extend_from_slice(body);
-    send_raw_from(source, addr, &raw)
+    raw
 }
 
 /// Writes `raw` to the server and reads the whole response.

@@ -107,24 +107,19 @@ fn send_pinned(addr: SocketAddr, fingerprint: &str, raw: &[u8]) -> std::io::Resu
     Ok(Reply::parse(&response))
 }
 
-fn raw_request(
+/// `raw_request` with the headers as pairs of string slices.
+fn raw(
     addr: SocketAddr,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Vec<u8> {
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut raw = head.into_bytes();
-    raw.extend_from_slice(body);
-    raw
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    raw_request(addr, method, path, &headers, body)
 }
 
 fn with_https(plain_http: bool) -> TestApp {
@@ -153,14 +148,14 @@ fn a_booth_that_pins_the_fingerprint_cuts_out_a_photo_over_https() {
     let mut form = Multipart::new();
     form.file("image_file", &jpeg(64, 48));
     let content_type = form.content_type();
-    let raw = raw_request(
+    let upload = raw(
         https_addr(&app),
         "POST",
         "/api/remove-bg",
         &[("X-Api-Key", &key), ("Content-Type", &content_type)],
         &form.body(),
     );
-    let reply = send_pinned(https_addr(&app), &fingerprint, &raw).unwrap();
+    let reply = send_pinned(https_addr(&app), &fingerprint, &upload).unwrap();
     assert_eq!(reply.png().dimensions(), (64, 48));
     assert_eq!(app.used("booth"), 1);
 
@@ -173,7 +168,7 @@ fn a_booth_that_pins_the_fingerprint_cuts_out_a_photo_over_https() {
             "00"
         },
     );
-    let error = send_pinned(https_addr(&app), &other, &raw).unwrap_err();
+    let error = send_pinned(https_addr(&app), &other, &upload).unwrap_err();
     assert!(error.to_string().contains("pinned"), "{error}");
     // The API still answers on plain HTTP.
     assert_eq!(app.post_image(Some(&key), &jpeg(64, 48), None).status, 200);
@@ -209,12 +204,7 @@ fn with_https_on_the_dashboard_is_only_served_there_and_its_cookies_are_secure()
 
     let fingerprint = app.state.tls.as_ref().unwrap().fingerprint.clone();
     let addr = https_addr(&app);
-    let form = send_pinned(
-        addr,
-        &fingerprint,
-        &raw_request(addr, "GET", "/login", &[], b""),
-    )
-    .unwrap();
+    let form = send_pinned(addr, &fingerprint, &raw(addr, "GET", "/login", &[], b"")).unwrap();
     assert_eq!(form.status, 200);
     let form_cookie = form
         .header("set-cookie")
@@ -231,7 +221,7 @@ fn with_https_on_the_dashboard_is_only_served_there_and_its_cookies_are_secure()
     let signed_in = send_pinned(
         addr,
         &fingerprint,
-        &raw_request(
+        &raw(
             addr,
             "POST",
             "/login",
@@ -256,7 +246,7 @@ fn with_https_on_the_dashboard_is_only_served_there_and_its_cookies_are_secure()
     let status = send_pinned(
         addr,
         &fingerprint,
-        &raw_request(addr, "GET", "/admin/status", &[("Cookie", cookie)], b""),
+        &raw(addr, "GET", "/admin/status", &[("Cookie", cookie)], b""),
     )
     .unwrap();
     assert_eq!(status.status, 200);
