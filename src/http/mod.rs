@@ -440,8 +440,10 @@ fn route_label(path: &str) -> &'static str {
 }
 
 /// Every response: the dashboard's pages may load only what this server
-/// serves, may not be framed, and send no Referer (the setup link carries
-/// a token).
+/// serves, may not be framed, and send no Referer to other sites (the
+/// setup link carries a token). `same-origin`, not `no-referrer`: under
+/// `no-referrer` a browser sends `Origin: null` with every form, and the
+/// dashboard's gate refuses a POST whose Origin is not its own.
 const SECURITY_HEADERS: [(&str, &str); 4] = [
     (
         "Content-Security-Policy",
@@ -450,7 +452,7 @@ const SECURITY_HEADERS: [(&str, &str); 4] = [
     ),
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "no-referrer"),
+    ("Referrer-Policy", "same-origin"),
 ];
 
 fn route(state: &AppState, method: &Method, path: &str, request: &mut Request) -> api::Outcome {

@@ -2,8 +2,10 @@
 // headless Chromium. Starts the real binary on a free port with a fresh
 // data directory and the smallest real model, then walks the whole story:
 // setup link -> admin -> account + user -> key -> API call -> usage ->
-// Try it -> docs -> revoke -> 401. A screenshot of every page goes to
-// $E2E_ARTIFACTS (default target/e2e-artifacts).
+// Try it -> docs -> revoke -> 401; then the same appliance with HTTPS on,
+// where the browser is sent from plain HTTP to HTTPS and signs in there. A
+// screenshot of every page goes to $E2E_ARTIFACTS (default
+// target/e2e-artifacts).
 //
 // Usage: node tests/e2e/dashboard.mjs [path/to/cutout]
 
@@ -26,10 +28,14 @@ const userPassword = "booth owner's password";
 mkdirSync(artifacts, { recursive: true });
 const dataDir = mkdtempSync(path.join(tmpdir(), "cutout-e2e-"));
 
-/** Starts `cutout serve` and resolves with its address and the setup link. */
-function startServer() {
+/**
+ * Starts `cutout serve` with `env` added and resolves with its plain-HTTP
+ * address, the setup link (on a first start) and HTTPS's address and
+ * fingerprint (when `CUTOUT_TLS_LISTEN` is set).
+ */
+function startServer(env = {}) {
   const server = spawn(binary, ["--data-dir", dataDir, "--models-dir", path.join(root, "models"),
-    "serve", "--listen", "127.0.0.1:0", "--model", "u2netp"], { env: { ...process.env, RUST_LOG: "info" } });
+    "serve", "--listen", "127.0.0.1:0", "--model", "u2netp"], { env: { ...process.env, RUST_LOG: "info", ...env } });
   let log = "";
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 60_000);
@@ -38,9 +44,13 @@ function startServer() {
       log += chunk;
       const setup = log.match(/(http:\/\/127\.0\.0\.1:\d+\/setup\?token=[0-9a-f]{64})/);
       const listening = log.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (setup && listening) {
+      const https = log.match(/HTTPS on (127\.0\.0\.1:\d+); certificate SHA-256 fingerprint ([0-9A-F:]{95})/);
+      if (listening && (setup || env.CUTOUT_TLS_LISTEN) && (https || !env.CUTOUT_TLS_LISTEN)) {
         clearTimeout(timer);
-        resolve({ server, base: listening[1], setupLink: setup[1], log: () => log });
+        resolve({
+          server, base: listening[1], setupLink: setup?.[1], log: () => log,
+          httpsBase: https && `https://${https[1]}`, fingerprint: https?.[2],
+        });
       }
     });
   });
@@ -230,6 +240,29 @@ try {
   assert.match(await text(), /u2netp/);
   assert.match(await text(), /tract-onnx/);
   await shot("admin-status");
+
+  // The same appliance with HTTPS on: plain HTTP sends the browser to
+  // HTTPS, the sign-in happens there (a Secure cookie, which Chromium keeps
+  // only over HTTPS), and the Status page shows the fingerprint to pin.
+  const secure = await startServer({ CUTOUT_TLS_LISTEN: "127.0.0.1:0", CUTOUT_MDNS_ENABLED: "false" });
+  try {
+    const tlsContext = await browser.newContext({ viewport: { width: 1100, height: 800 }, ignoreHTTPSErrors: true });
+    const tlsPage = await tlsContext.newPage();
+    await tlsPage.goto(`${secure.base}/login`);
+    assert.equal(tlsPage.url(), `${secure.httpsBase}/login`, "sent from plain HTTP to HTTPS");
+    await tlsPage.fill("#name", "admin");
+    await tlsPage.fill("#password", adminPassword);
+    await tlsPage.click("button[type=submit]");
+    await tlsPage.waitForURL(`${secure.httpsBase}/admin`);
+    const session = (await tlsContext.cookies()).find((c) => c.name === "cutout_session");
+    assert.ok(session?.secure && session.httpOnly, "the session cookie is Secure and HttpOnly");
+    await tlsPage.click("text=Status");
+    assert.match(await tlsPage.locator("main").innerText(), new RegExp(`port ${secure.httpsBase.split(":").pop()}`));
+    assert.ok((await tlsPage.locator("main").innerText()).includes(secure.fingerprint), "the fingerprint to pin");
+    await shot("https-admin-status", tlsPage);
+  } finally {
+    secure.server.kill("SIGTERM");
+  }
 
   assert.deepEqual(problems, [], "no console errors, CSP violations or server errors");
   console.log(`e2e: all steps passed; ${step} screenshots in ${artifacts}`);
