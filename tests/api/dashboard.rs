@@ -317,16 +317,14 @@ fn failed_sign_ins_with_long_names_keep_the_log_and_memory_small() {
         }
     });
     let rss_before = server.rss_kib();
-    // 200 failures, every one a password check: 20 (the address limit)
-    // from each of 10 addresses, over 5 threads.
+    // 1,000 failures, every one a password check: 20 (the address limit)
+    // from each of 50 addresses, over 10 threads.
     let statuses: Vec<u16> = thread::scope(|s| {
-        let threads: Vec<_> = (0..5u8)
+        let threads: Vec<_> = (0..10u8)
             .map(|t| {
                 s.spawn(move || {
-                    let sources = [[127, 0, 0, 10 + 2 * t], [127, 0, 0, 11 + 2 * t]];
-                    let tries = sources
-                        .into_iter()
-                        .flat_map(|a| (0..20).map(move |i| (a, i)));
+                    let sources = (0..5u8).map(move |a| [127, 0, 1, 1 + 5 * t + a]);
+                    let tries = sources.flat_map(|a| (0..20).map(move |i| (a, i)));
                     tries.map(|(a, i)| fail(a, i)).collect::<Vec<_>>()
                 })
             })
@@ -338,18 +336,18 @@ fn failed_sign_ins_with_long_names_keep_the_log_and_memory_small() {
     });
     let rss_grown = server.rss_kib().saturating_sub(rss_before);
     assert!(statuses.iter().all(|&s| s == 401), "{statuses:?}");
-    assert_eq!(statuses.len(), 200);
-    assert_eq!(fail([127, 0, 0, 10], 99), 429, "the address limit");
+    assert_eq!(statuses.len(), 1000);
+    assert_eq!(fail([127, 0, 1, 1], 99), 429, "the address limit");
 
     let log = std::fs::read_to_string(&server.log).unwrap();
     let grown = log.len() as u64 - log_before;
-    // 220 lines of about 120 bytes; the names alone would be 14 MB.
-    assert!(grown < 32 * 1024, "the log grew {grown} bytes");
+    // 1,020 lines of about 120 bytes; the names alone would be 64 MB.
+    assert!(grown < 200 * 1024, "the log grew {grown} bytes");
     assert!(!log.contains(&long[..32]), "no raw name in the log");
-    assert!(log.contains("failed sign-in for an unknown name (64006 bytes) from 127.0.0.10"));
-    // 3 to 4 MiB measured (more workers' arenas); the 200 names kept, as
-    // the old table did, would add 12.5 MiB.
+    assert!(log.contains("failed sign-in for an unknown name (64006 bytes) from 127.0.1.50"));
+    // The 1,000 names kept, as the old table did, would add 62 MiB.
     assert!(rss_grown < 8 * 1024, "RSS grew {rss_grown} KiB");
+    eprintln!("1,000 failures: the log grew {grown} bytes, RSS {rss_grown} KiB");
 }
 
 #[test]
