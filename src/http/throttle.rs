@@ -149,11 +149,16 @@ fn buckets(attempt: &Attempt) -> Vec<(Bucket, usize)> {
         return vec![(Bucket::Device(nonce.to_owned()), PER_DEVICE)];
     }
     let (name, network) = (key_name(attempt.name), network(attempt.address));
-    vec![
+    let mut buckets = vec![
         (Bucket::NameAt(name.clone(), network), PER_NAME_AND_ADDRESS),
         (Bucket::Address(network), PER_ADDRESS),
-        (Bucket::Name(name), PER_NAME),
-    ]
+    ];
+    // The appliance itself (an SSH tunnel to it) is no stranger on the LAN:
+    // the name-wide limit a LAN attacker can use up does not apply to it.
+    if !network.is_some_and(|a| a.is_loopback()) {
+        buckets.push((Bucket::Name(name), PER_NAME));
+    }
+    buckets
 }
 
 /// The name as a key: cut to the longest valid name, so a 64 KB name costs
@@ -274,6 +279,19 @@ mod tests {
         assert!(t.begin(&attempt("admin", v6(99, 1)), 101).is_err());
         assert!(t.begin(&attempt("admin", v4(1)), 101).is_err());
         assert!(t.begin(&attempt("booth", v6(99, 1)), 101).is_ok());
+    }
+
+    #[test]
+    fn a_name_used_up_on_the_lan_still_signs_in_from_the_appliance_itself() {
+        let t = LoginThrottle::default();
+        use_up_admin_from_six_networks(&t);
+        let local = Some(IpAddr::from([127, 0, 0, 1]));
+        assert!(t.begin(&attempt("admin", local), 101).is_ok());
+        fail(&t, &attempt("admin", local), 101, 4);
+        assert!(
+            t.begin(&attempt("admin", local), 101).is_err(),
+            "still 5 per address"
+        );
     }
 
     #[test]

@@ -56,6 +56,8 @@ fn idle_connections_past_the_caps_never_stop_the_server() {
             stream.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
             idle.push(stream);
         }
+        // Their threads take the half lines and wait, idle, for the rest.
+        thread::sleep(Duration::from_millis(50));
         let started = Instant::now();
         let reply = get(addr);
         assert!(reply.starts_with("HTTP/1.1 200"), "round {}: {}", round, reply);
@@ -63,7 +65,10 @@ fn idle_connections_past_the_caps_never_stop_the_server() {
     }
     let stats = server.connection_stats();
     assert!(stats.open <= 8, "{:?}", stats);
-    assert!(stats.evicted >= 190, "{:?}", stats);
+    // Past the cap each idle one made room; one that came before the
+    // others were read was closed instead.
+    assert!(stats.evicted >= 100, "{:?}", stats);
+    assert!(stats.evicted + stats.refused >= 190, "{:?}", stats);
 }
 
 #[test]

@@ -5,16 +5,17 @@
 //! for the second half and panicked when that failed: about 510 idle
 //! connections under a 1,024 open-file limit stopped the accept thread for
 //! good). A `Registry` caps the connections open in all and per client
-//! address. A new connection past a cap takes the place of the one that has
-//! waited longest for a request head (an idle connection holds nothing a
-//! client is owed: its previous response is sent); where none is waiting it
-//! is closed at once. A request head must arrive whole within a deadline,
+//! address. A new connection past a cap takes the place of the idle one that
+//! has waited longest for a request head; where none is idle it is closed
+//! at once. Idle: its previous response is sent and its thread is blocked
+//! reading an empty socket, so it holds nothing a client is owed (a new
+//! connection whose request is there but not yet read is not idle). A request head must arrive whole within a deadline,
 //! however slowly its bytes trickle in.
 
 use std::collections::HashMap;
 use std::io::{Error as IoError, ErrorKind, Read, Result as IoResult, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -76,6 +77,8 @@ struct Entry {
     waiting_since: Option<Instant>,
     /// Chosen to make room; its thread is ending.
     evicted: bool,
+    /// Its thread is inside a read of the socket.
+    reading: Arc<AtomicBool>,
     socket: Weak<Socket>,
 }
 
@@ -119,6 +122,7 @@ impl Registry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             registry: self.clone(),
             head_deadline: Mutex::new(None),
+            reading: Arc::new(AtomicBool::new(false)),
         });
         let mut victims = Vec::new();
         let admitted = {
@@ -135,6 +139,7 @@ impl Registry {
                 let oldest = open
                     .iter_mut()
                     .filter(|(_, e)| !e.evicted && same(e))
+                    .filter(|(_, e)| e.reading.load(Ordering::Relaxed))
                     .filter_map(|(_, e)| Some((e.waiting_since?, e)))
                     .min_by_key(|(since, _)| *since);
                 match oldest {
@@ -159,6 +164,7 @@ impl Registry {
                         address,
                         waiting_since: Some(now),
                         evicted: false,
+                        reading: socket.reading.clone(),
                         socket: Arc::downgrade(&socket),
                     },
                 );
@@ -208,6 +214,8 @@ pub(crate) struct Socket {
     registry: Arc<Registry>,
     /// Set while a request head is awaited: reads past it fail `TimedOut`.
     head_deadline: Mutex<Option<Instant>>,
+    /// A thread is inside a read of the socket (blocked, when it is empty).
+    reading: Arc<AtomicBool>,
 }
 
 impl Socket {
@@ -294,7 +302,10 @@ impl Drop for Socket {
 impl Read for &Socket {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
         self.arm_head_deadline()?;
-        (&self.connection).read(buf)
+        self.reading.store(true, Ordering::Relaxed);
+        let read = (&self.connection).read(buf);
+        self.reading.store(false, Ordering::Relaxed);
+        read
     }
 }
 
@@ -353,27 +364,46 @@ mod tests {
         }
     }
 
+    /// Blocks a thread in a read of `socket`, as a connection waiting for
+    /// its next request head does; the thread returns what the read got.
+    fn read_in_thread(socket: Arc<Socket>) -> std::thread::JoinHandle<IoResult<usize>> {
+        let thread = std::thread::spawn(move || (&*socket).read(&mut [0u8; 8]));
+        std::thread::sleep(Duration::from_millis(100));
+        thread
+    }
+
     #[test]
     fn past_a_cap_the_longest_idle_connection_makes_room() {
         let registry = Registry::new(limits(10, 2));
         let mut conns = pairs(3).into_iter();
-        let (mut first_client, first, peer) = conns.next().unwrap();
+        let (_c1, first, peer) = conns.next().unwrap();
         let first = registry.admit(first, Some(peer)).unwrap();
+        let idle = read_in_thread(first.clone());
         let (_c2, second, peer2) = conns.next().unwrap();
         let second = registry.admit(second, Some(peer2)).unwrap();
-        second.busy();
         let (_c3, third, peer3) = conns.next().unwrap();
         let third = registry.admit(third, Some(peer3)).expect("room made");
         assert_eq!(registry.stats().evicted, 1);
-        // The first one, idle longest, was shut: its client sees the end.
-        first_client
-            .set_read_timeout(Some(Duration::from_secs(2)))
-            .unwrap();
-        assert_eq!(first_client.read(&mut [0u8; 8]).unwrap(), 0);
+        // The first, idle in its read, was shut: its read ends.
+        assert_eq!(idle.join().unwrap().unwrap(), 0);
         drop(first);
         assert_eq!(registry.stats().open, 2);
         drop((second, third));
         assert_eq!(registry.stats().open, 0);
+    }
+
+    #[test]
+    fn a_connection_whose_request_is_not_yet_read_is_not_idle() {
+        let registry = Registry::new(limits(10, 1));
+        let mut conns = pairs(2).into_iter();
+        let (mut c1, first, peer) = conns.next().unwrap();
+        c1.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        // Admitted, waiting for a head, but its thread has not read yet.
+        let _first = registry.admit(first, Some(peer)).unwrap();
+        let (_c2, second, peer2) = conns.next().unwrap();
+        assert!(registry.admit(second, Some(peer2)).is_none());
+        let stats = registry.stats();
+        assert_eq!((stats.evicted, stats.refused), (0, 1));
     }
 
     #[test]
