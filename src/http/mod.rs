@@ -412,10 +412,27 @@ fn serve(state: &AppState, mut request: Request) {
     }
     state.in_flight.fetch_sub(1, Ordering::SeqCst);
     log::info!(
-        "{method} {path} {status} account={} bytes={bytes} {}ms",
+        "{method} {} {status} account={} bytes={bytes} {}ms",
+        shortened(&path, MAX_LOGGED_PATH),
         outcome.account.as_deref().unwrap_or("-"),
         started.elapsed().as_millis()
     );
+}
+
+/// A request line may hold 8 KiB; its log line keeps this much of the path.
+const MAX_LOGGED_PATH: usize = 200;
+
+/// `text` cut to at most `max` bytes (on a character boundary), with `…`
+/// where it was cut.
+fn shortened(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end]).into()
 }
 
 /// A request's route as `/metrics` labels it: a fixed set, so that
@@ -517,5 +534,16 @@ fn readiness(state: &AppState) -> respond::Body {
         let mut response = respond::json(503, &body);
         response.add_header(respond::header("Retry-After", 5));
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_path_is_logged_shortened_on_a_character_boundary() {
+        assert_eq!(super::shortened("/short", 200), "/short");
+        let long = format!("/{}", "é".repeat(300));
+        let logged = super::shortened(&long, 200);
+        assert!(logged.len() <= 200 + "…".len() && logged.ends_with('…'));
     }
 }
