@@ -69,28 +69,29 @@ fn same_origin(request: &Request, host: Option<&str>) -> bool {
     host.is_some_and(|host| origin.eq_ignore_ascii_case(&format!("{scheme}://{host}")))
 }
 
-/// `Host` names this appliance: localhost, its host name (bare or
-/// `.local`), a configured name, or one of its own addresses.
+/// `Host` names this appliance: one of `dashboard_names` (localhost, its
+/// host name bare and `.local`, the configured ones) or one of its own
+/// addresses.
 fn allowed_host(state: &AppState, host: &str) -> bool {
     let name = split_port(host)
         .0
         .trim_end_matches('.')
         .to_ascii_lowercase();
-    let own = hostname().to_ascii_lowercase();
-    if name == "localhost" || name == own || name == format!("{own}.local") {
-        return true;
-    }
-    if state
-        .allowed_hosts
-        .iter()
-        .any(|allowed| allowed.eq_ignore_ascii_case(&name))
-    {
+    if state.dashboard_names.contains(&name) {
         return true;
     }
     match name.parse::<IpAddr>() {
         Ok(ip) => ip.is_loopback() || is_own_address(ip),
         Err(_) => false,
     }
+}
+
+/// The names `allowed_host` accepts, lowercased, worked out once at start.
+pub fn dashboard_names(configured: &[String]) -> Vec<String> {
+    let own = hostname().to_ascii_lowercase();
+    let mut names = vec!["localhost".to_owned(), format!("{own}.local"), own];
+    names.extend(configured.iter().map(|n| n.to_ascii_lowercase()));
+    names
 }
 
 /// Whether `ip` is one of this machine's addresses now (they change with

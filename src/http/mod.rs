@@ -52,8 +52,8 @@ pub struct AppState {
     listen: String,
     /// HTTPS, when it is on: the dashboard is served there alone.
     pub tls: Option<TlsInfo>,
-    /// Names the dashboard answers to besides the machine's own.
-    allowed_hosts: Vec<String>,
+    /// The names the dashboard answers to (`gate::dashboard_names`).
+    dashboard_names: Vec<String>,
     /// For its connection counters (`/metrics`).
     server: Arc<Server>,
     db_check: Mutex<Option<(Instant, Result<(), String>)>>,
@@ -297,7 +297,7 @@ impl App {
             thermal_dir: settings.thermal_dir.clone(),
             listen: addr.to_string(),
             tls,
-            allowed_hosts: settings.allowed_hosts.clone(),
+            dashboard_names: gate::dashboard_names(&settings.allowed_hosts),
             server: server.clone(),
             db_check: Mutex::new(None),
             led_backend: settings
@@ -428,11 +428,7 @@ fn shortened(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= max {
         return text.into();
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end]).into()
+    format!("{}…", &text[..text.floor_char_boundary(max)]).into()
 }
 
 /// A request's route as `/metrics` labels it: a fixed set, so that

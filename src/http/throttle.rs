@@ -164,11 +164,7 @@ fn buckets(attempt: &Attempt) -> Vec<(Bucket, usize)> {
 /// The name as a key: cut to the longest valid name, so a 64 KB name costs
 /// no more than a real one, and lowercased, so `ADMIN` counts as `admin`.
 fn key_name(name: &str) -> String {
-    let mut end = name.len().min(MAX_NAME_BYTES);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    name[..end].to_ascii_lowercase()
+    name[..name.floor_char_boundary(MAX_NAME_BYTES)].to_ascii_lowercase()
 }
 
 /// An IPv6 address counts by its /64, what one household or host is given,
