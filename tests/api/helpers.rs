@@ -221,8 +221,13 @@ fn send_raw_from(source: Option<std::net::IpAddr>, addr: SocketAddr, raw: &[u8])
         .unwrap();
     // The server may answer (413) and close before the body is all sent.
     let _ = stream.write_all(raw);
-    // Read as a client does: the head, then Content-Length bytes (or the
-    // chunked body up to its last chunk), not until the server closes.
+    read_reply(&mut stream)
+}
+
+/// Reads a response as a client does: the head, then Content-Length bytes
+/// (or the chunked body up to its last chunk), not until the server closes.
+/// A read that fails ends it, with what came before.
+pub fn read_reply(stream: &mut impl Read) -> Reply {
     let mut response = Vec::new();
     let mut buf = [0u8; 64 * 1024];
     while !Reply::complete(&response) {

@@ -9,7 +9,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,16 +95,9 @@ fn send_pinned(addr: SocketAddr, fingerprint: &str, raw: &[u8]) -> std::io::Resu
     let socket = TcpStream::connect(addr)?;
     socket.set_read_timeout(Some(Duration::from_secs(120)))?;
     let mut tls = rustls::StreamOwned::new(connection, socket);
+    // The handshake, and so the pin's check, happens on this first write.
     tls.write_all(raw)?;
-    let mut response = Vec::new();
-    let mut buf = [0u8; 64 * 1024];
-    while !Reply::complete(&response) {
-        match tls.read(&mut buf)? {
-            0 => break,
-            n => response.extend_from_slice(&buf[..n]),
-        }
-    }
-    Ok(Reply::parse(&response))
+    Ok(read_reply(&mut tls))
 }
 
 /// `raw_request` with the headers as pairs of string slices.
