@@ -62,4 +62,10 @@ cut_out_with tract
 as_cutout cutout --config /etc/cutout/cutout.toml tls fingerprint | grep -Eq '^([0-9A-F]{2}:){31}[0-9A-F]{2}$'
 # The packaged ONNX Runtime library: found, its sha256 checked, loaded.
 cut_out_with onnxruntime
-echo "installed package: --version, configuration, service user, HTTPS and API on both engines all work"
+# An operator's `cutout bench`: the installed models on both engines, its
+# advice, and the report the Status page shows.
+as_cutout cutout --config /etc/cutout/cutout.toml bench --seconds 20 > "$root/tmp/bench.txt"
+grep -q "^u2netp on onnxruntime: .* s per 12 MP photo, peak .* MiB" "$root/tmp/bench.txt"
+grep -q "^recommended for this board" "$root/tmp/bench.txt"
+test "$(chroot "$root" stat -c %U /var/lib/cutout/bench.json)" = cutout
+echo "installed package: --version, configuration, service user, HTTPS and API on both engines, bench all work"

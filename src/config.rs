@@ -7,6 +7,7 @@
 //! unknown `CUTOUT_*` variable is an error that names the variable. Tests
 //! build `Settings` directly.
 
+use crate::board::{Board, BoardDefaults};
 use crate::clock::Clock;
 use crate::discovery::MdnsConfig;
 use crate::engine::EngineChoice;
@@ -14,6 +15,8 @@ use crate::led::LedConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub const DEFAULT_MODELS_DIR: &str = "./models";
 
 /// The file read when `--config` is not given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/cutout/cutout.toml";
@@ -56,6 +59,11 @@ pub struct Settings {
     pub led: LedConfig,
     pub mdns: MdnsConfig,
     pub clock: Clock,
+    /// The board found at start and the defaults it gave (`None`: not
+    /// asked, as in tests).
+    pub board: Option<(Board, BoardDefaults)>,
+    /// Why the engine is not the configured one, when it is not.
+    pub engine_note: Option<String>,
 }
 
 const DEFAULT_UPLOAD_BUFFER_MIB: u64 = 160;
@@ -129,6 +137,15 @@ pub enum EngineKind {
     #[default]
     Tract,
     Onnxruntime,
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            EngineKind::Tract => "tract",
+            EngineKind::Onnxruntime => "onnxruntime",
+        })
+    }
 }
 
 impl std::str::FromStr for EngineKind {
@@ -303,6 +320,12 @@ fn env_value(raw: &str) -> toml::Value {
 }
 
 impl Settings {
+    /// Whether `type=general` may load its own model beside the configured
+    /// one: not where the board's memory has no room for it.
+    pub fn general_fits(&self) -> bool {
+        self.board.as_ref().is_none_or(|(_, d)| d.isnet_fits)
+    }
+
     pub fn from_config(config: Config) -> Result<Settings, ConfigError> {
         let server = config.server;
         let queue_capacity = server.queue_capacity.unwrap_or(64);
@@ -354,7 +377,9 @@ impl Settings {
         }
         Ok(Settings {
             data_dir: config.data_dir.unwrap_or_else(|| "./data".into()),
-            models_dir: config.models_dir.unwrap_or_else(|| "./models".into()),
+            models_dir: config
+                .models_dir
+                .unwrap_or_else(|| DEFAULT_MODELS_DIR.into()),
             listen: config.listen.unwrap_or_else(|| "127.0.0.1:8080".into()),
             model: config.model,
             engine: EngineChoice {
@@ -387,6 +412,8 @@ impl Settings {
             led: config.led,
             mdns: config.mdns,
             clock: Clock::default(),
+            board: None,
+            engine_note: None,
         })
     }
 }

@@ -8,6 +8,8 @@
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod allocator;
+pub mod bench;
+pub mod board;
 
 pub mod clock;
 pub mod config;

@@ -3,11 +3,12 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
+use cutout::board::{Board, Installed};
 use cutout::clock::Clock;
-use cutout::config::{Config, Settings, DEFAULT_CONFIG_FILE};
+use cutout::config::{Config, Settings, DEFAULT_CONFIG_FILE, DEFAULT_MODELS_DIR};
 use cutout::discovery;
 use cutout::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectType};
-use cutout::engine::{EngineKind, Manifest};
+use cutout::engine::{EngineKind, Manifest, OnnxRuntimeTrial};
 use cutout::led::{Led, NoLight};
 use cutout::pipeline::{Loader, Pipeline};
 use cutout::secrets::{check_password_policy, hash_password};
@@ -87,6 +88,24 @@ enum Command {
         /// tract or onnxruntime [env: CUTOUT_ENGINE; default: tract].
         #[arg(long)]
         engine: Option<EngineKind>,
+    },
+    /// Time one 12 MP cut-out with each installed model on each engine, with
+    /// its peak memory, and recommend a configuration for this board. The
+    /// Status page shows the last result.
+    Bench {
+        /// Stop starting new measurements after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Also write the 12 MP photo it measures with here (a JPEG).
+        #[arg(long)]
+        save_photo: Option<PathBuf>,
+    },
+    /// One measurement of `bench`, in a process of its own.
+    #[command(hide = true)]
+    BenchOne {
+        model: String,
+        engine: EngineKind,
+        photo: PathBuf,
     },
 }
 
@@ -229,7 +248,44 @@ fn settings(cli: &Cli) -> Result<Settings> {
         models_dir: cli.models_dir.clone(),
         ..Config::default()
     };
-    Ok(Settings::from_config(command_line.over(env.over(file)))?)
+    let config = command_line.over(env.over(file));
+    if !matches!(cli.command, Command::Serve { .. } | Command::Remove { .. }) {
+        return Ok(Settings::from_config(config)?);
+    }
+    // What no layer set comes from the board.
+    let board = Board::detect();
+    let models_dir = config
+        .models_dir
+        .clone()
+        .unwrap_or_else(|| DEFAULT_MODELS_DIR.into());
+    let installed = Installed::find(&models_dir, config.onnxruntime.library.as_deref());
+    let defaults = board.defaults(&installed);
+    let mut settings = Settings::from_config(config.over(defaults.as_config()))?;
+    settings.board = Some((board, defaults));
+    if matches!(cli.command, Command::Serve { .. }) {
+        fall_back_from_a_crashing_onnxruntime(&mut settings);
+    }
+    Ok(settings)
+}
+
+/// Where ONNX Runtime crashed the last starts, this one serves with tract
+/// (engine/trial.rs), an int8 model with the f32 one it was made from.
+fn fall_back_from_a_crashing_onnxruntime(settings: &mut Settings) {
+    if settings.engine.kind != EngineKind::Onnxruntime {
+        return;
+    }
+    let Some(why) = OnnxRuntimeTrial::new(&settings.data_dir).refusal() else {
+        return;
+    };
+    log::error!("{why}");
+    settings.engine.kind = EngineKind::Tract;
+    let manifest = Manifest::builtin();
+    if let Some(spec) = manifest.model(settings.model.as_deref()) {
+        if spec.int8 {
+            settings.model = spec.variant_of.clone();
+        }
+    }
+    settings.engine_note = Some(why);
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -241,6 +297,20 @@ fn run(cli: Cli) -> Result<()> {
         || Store::open(&data_dir).with_context(|| format!("opening {}", data_dir.display()));
     match cli.command {
         Command::Serve { demo, .. } => serve(settings, demo),
+        Command::Bench {
+            seconds,
+            save_photo,
+        } => bench(&settings, now, seconds, save_photo.as_deref()),
+        Command::BenchOne {
+            model,
+            engine,
+            photo,
+        } => {
+            let (load, seconds, peak_kib) =
+                cutout::bench::measure_one(&settings, &model, engine, &photo)?;
+            println!("{load:.3} {seconds:.3} {peak_kib}");
+            Ok(())
+        }
         Command::Account(AccountCommand::Create { name, plan }) => {
             let name = AccountName::parse(&name)
                 .ok_or_else(|| anyhow!("{}", cutout::domain::ACCOUNT_NAME_RULE))?;
@@ -383,6 +453,19 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
     let notifier = Notifier::from_env();
     let led_config = settings.led.clone();
     let mdns = settings.mdns.clone();
+    if let Some((board, defaults)) = &settings.board {
+        log::info!(
+            "board: {}, {} MiB, {} cores; its defaults: {} on {} ({}); serving {} on {}",
+            board.name,
+            board.memory >> 20,
+            board.cores,
+            defaults.model,
+            defaults.engine,
+            defaults.why,
+            settings.model.as_deref().unwrap_or(defaults.model),
+            settings.engine.kind
+        );
+    }
     let app = App::build(settings, EngineSource::Load)?;
     let light = led_config.open().unwrap_or_else(|why| {
         log::error!("{why}; running without a status LED");
@@ -449,6 +532,51 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
     Ok(())
 }
 
+fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>) -> Result<()> {
+    use cutout::bench;
+    std::fs::create_dir_all(&settings.data_dir)
+        .with_context(|| format!("creating {}", settings.data_dir.display()))?;
+    let photo_path = match save_photo {
+        Some(path) => path.to_path_buf(),
+        None => settings.data_dir.join("bench-photo.jpg"),
+    };
+    std::fs::write(&photo_path, bench::test_photo())
+        .with_context(|| format!("writing {}", photo_path.display()))?;
+    eprintln!(
+        "one 12 MP photo per model and engine, within {seconds} s; each runs in a process of its own"
+    );
+    let report = bench::run(
+        settings,
+        now,
+        std::time::Duration::from_secs(seconds),
+        &photo_path,
+        |row| {
+            eprintln!(
+                "  {}",
+                bench::Report::lines_of(std::slice::from_ref(row))[0]
+            );
+        },
+    );
+    if save_photo.is_none() {
+        let _ = std::fs::remove_file(&photo_path);
+    }
+    let report = report?;
+    println!("board: {}, {} MiB", report.board, report.memory_mib);
+    for line in report.lines() {
+        println!("{line}");
+    }
+    match &report.recommended {
+        Some((model, engine)) => println!(
+            "recommended for this board (in /etc/cutout/cutout.toml):\nmodel = \"{model}\"\nengine = \"{engine}\""
+        ),
+        None => println!("no general model fits this board's memory with room to spare"),
+    }
+    report
+        .save(&settings.data_dir)
+        .with_context(|| format!("saving the report in {}", settings.data_dir.display()))?;
+    Ok(())
+}
+
 /// Demo mode, on an empty database only: account `demo` on Pro and one key.
 fn print_demo_key(store: &Store, addr: std::net::SocketAddr) -> Result<()> {
     if !store.is_empty()? {
@@ -487,10 +615,12 @@ fn remove(
             output.display()
         );
     }
-    let models = Manifest::builtin().models_for(settings.model.as_deref())?;
+    let models =
+        Manifest::builtin().models_for(settings.model.as_deref(), settings.general_fits())?;
     let loader = Loader {
         models_dir: settings.models_dir.clone(),
         engine: settings.engine.clone(),
+        trial: None,
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
     // Loaded before the first photo, so that its time is not the photo's.

@@ -4,7 +4,9 @@
 
 use crate::domain::{SizeMode, SubjectType};
 use crate::engine::preprocess::{matte_from_output, placement, to_tensor};
-use crate::engine::{self, EngineChoice, InferError, Inference, ModelSpec, Readiness};
+use crate::engine::{
+    self, EngineChoice, EngineKind, InferError, Inference, ModelSpec, OnnxRuntimeTrial, Readiness,
+};
 use crate::error::ApiError;
 use crate::imaging::{self, DecodeError, GeometryError};
 use image::DynamicImage;
@@ -55,6 +57,8 @@ pub struct Model {
 pub struct Loader {
     pub models_dir: PathBuf,
     pub engine: EngineChoice,
+    /// Set where a crash inside ONNX Runtime must not become a crash loop.
+    pub trial: Option<OnnxRuntimeTrial>,
 }
 
 /// The models a request's `type` can pick.
@@ -125,6 +129,15 @@ impl Pipeline {
         }
     }
 
+    /// The engine has run a model (or the server stops cleanly): this start
+    /// did not crash in it.
+    pub fn settle_trial(&self) {
+        let Some(loader) = &self.loader else { return };
+        if let (EngineKind::Onnxruntime, Some(trial)) = (loader.engine.kind, &loader.trial) {
+            trial.settle();
+        }
+    }
+
     /// `type=auto`'s model: the one the server loads at start.
     pub fn default_model(&self) -> &Model {
         &self.models[0]
@@ -148,6 +161,9 @@ impl Pipeline {
         model.loading.call_once(|| {
             if !matches!(model.inference.ready(), Err(InferError::Loading)) {
                 return;
+            }
+            if let (EngineKind::Onnxruntime, Some(trial)) = (loader.engine.kind, &loader.trial) {
+                trial.begin();
             }
             let started = Instant::now();
             match engine::load(&model.spec, &loader.models_dir, &loader.engine) {
@@ -239,6 +255,7 @@ impl Pipeline {
 
         let (mut model_input, mut small_matte) =
             run_model(model, &original, &mut watch, ["prepare", "model"])?;
+        self.settle_trial();
         let mut made_by = model;
         let first = (&model_input, small_matte.as_slice());
         if let Some(second) = self.second_opinion(subject, &original, first, &mut watch) {

@@ -135,7 +135,11 @@ pub fn supervise(
     loop {
         match state.pipeline.default_model().inference.ready() {
             Err(InferError::Loading) => std::thread::sleep(Duration::from_millis(50)),
-            Ok(()) => break notifier.ready(&format!("serving model {model} on {addr}")),
+            Ok(()) => {
+                let inference = &state.pipeline.default_model().inference;
+                let engine = inference.engine_name().unwrap_or("?");
+                break notifier.ready(&format!("serving model {model} ({engine}) on {addr}"));
+            }
             Err(e) => break notifier.ready(&format!("degraded: {e}; answering 503 on {addr}")),
         }
     }

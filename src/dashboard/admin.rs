@@ -189,13 +189,24 @@ pub struct StatusView {
     pub cpu_celsius: Option<f64>,
     /// HTTPS's port and certificate fingerprint, when HTTPS is on.
     pub https: Option<(u16, String)>,
+    /// The board found at start and the defaults it gave.
+    pub board: Option<String>,
+    /// Why the engine is not the configured one, when it is not.
+    pub engine_note: Option<String>,
+    /// `cutout bench`'s last report.
+    pub bench: Option<crate::bench::Report>,
 }
 
 pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
     let body = html! {
         dl.facts {
             dt { "Model" } dd { (s.model) " · " (s.model_state) }
-            dt { "Engine" } dd { (s.engine.unwrap_or("not loaded")) }
+            dt { "Engine" }
+            dd {
+                (s.engine.unwrap_or("not loaded"))
+                @if let Some(note) = &s.engine_note { p.note { (note) } }
+            }
+            @if let Some(board) = &s.board { dt { "Board" } dd { (board) } }
             dt { "Model load time" }
             dd { (s.model_load.map_or("not loaded".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()))) }
             dt { "Database" } dd { (s.database) }
@@ -223,6 +234,20 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
                         code.fingerprint { (fingerprint) }
                     }
                     None => "off (set [tls] listen in cutout.toml)",
+                }
+            }
+            dt { "Benchmark" }
+            dd {
+                @match &s.bench {
+                    Some(report) => {
+                        "last run " (crate::domain::utc_datetime(report.at_unix)) " UTC, " (report.board) ", " (report.memory_mib) " MiB:"
+                        ul.bench { @for line in report.lines() { li { (line) } } }
+                        @match &report.recommended {
+                            Some((model, engine)) => { "Recommended: " code { "model = \"" (model) "\"" } ", " code { "engine = \"" (engine) "\"" } }
+                            None => "No general model fits this board with room to spare.",
+                        }
+                    }
+                    None => { "not run yet: " code { "sudo -u cutout cutout --config /etc/cutout/cutout.toml bench" } " times each installed model on this board" }
                 }
             }
         }

@@ -156,11 +156,17 @@ impl Manifest {
 
     /// The models for each `type`, with `auto` the one named (or the
     /// default). With `isnet-int8` configured, `type=general` runs it too,
-    /// not a second IS-Net.
-    pub fn models_for(&self, auto: Option<&str>) -> anyhow::Result<crate::pipeline::Models> {
+    /// not a second IS-Net; so does any configured model where the board
+    /// has no room for the general model beside it (`general_fits`).
+    pub fn models_for(
+        &self,
+        auto: Option<&str>,
+        general_fits: bool,
+    ) -> anyhow::Result<crate::pipeline::Models> {
         let auto = self.require(auto)?;
         let pick = |name: &str| match &auto.variant_of {
             Some(of) if of == name => Ok(auto),
+            _ if name == self.general && !general_fits => Ok(auto),
             _ => self.require(Some(name)),
         };
         Ok(crate::pipeline::Models {
@@ -190,15 +196,21 @@ mod tests {
             Filter::Bilinear
         );
         assert_eq!(m.model(None).unwrap().input_filter, Filter::CatmullRom);
-        let models = m.models_for(Some("u2netp")).unwrap();
+        let models = m.models_for(Some("u2netp"), true).unwrap();
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["u2netp", "modnet", "isnet"]
         );
-        let models = m.models_for(Some("isnet-int8")).unwrap();
+        let models = m.models_for(Some("isnet-int8"), true).unwrap();
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["isnet-int8", "modnet", "isnet-int8"]
+        );
+        // A small board: MODNet fits beside U2NetP, IS-Net does not.
+        let models = m.models_for(Some("u2netp"), false).unwrap();
+        assert_eq!(
+            [models.auto.name, models.person.name, models.general.name],
+            ["u2netp", "modnet", "u2netp"]
         );
         assert!(m.model(Some("nope")).is_none());
         assert!(

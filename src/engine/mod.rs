@@ -8,12 +8,14 @@ mod onnxruntime;
 mod pool;
 pub mod preprocess;
 mod tract;
+mod trial;
 
 pub use crate::config::EngineKind;
 pub use manifest::{InputSpec, Manifest, ModelSpec, OutputKind, RuntimeSpec};
 pub use onnxruntime::OnnxRuntimeEngine;
 pub use pool::{InferError, Inference, Readiness};
 pub use tract::TractEngine;
+pub use trial::{OnnxRuntimeTrial, TRIAL_FILE};
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};

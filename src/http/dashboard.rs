@@ -608,6 +608,9 @@ fn status_view(cx: &Ctx) -> StatusView {
             .tls
             .as_ref()
             .map(|t| (t.addr.port(), t.fingerprint.clone())),
+        board: state.board.clone(),
+        engine_note: state.engine_note.clone(),
+        bench: crate::bench::Report::load(&state.data_dir),
     }
 }
 

@@ -15,7 +15,7 @@ mod tries;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::domain::SubjectType;
-use crate::engine::{Engine, Manifest, Readiness};
+use crate::engine::{Engine, Manifest, OnnxRuntimeTrial, Readiness};
 use crate::error::ApiError;
 use crate::led;
 use crate::limits::Limiter;
@@ -59,6 +59,12 @@ pub struct AppState {
     db_check: Mutex<Option<(Instant, Result<(), String>)>>,
     /// The configured LED backend, for the status page.
     led_backend: String,
+    /// The board and the defaults it gave, for the status page.
+    board: Option<String>,
+    /// Why the engine is not the configured one, when it is not.
+    engine_note: Option<String>,
+    /// Where `cutout bench` leaves its report.
+    data_dir: PathBuf,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
 }
@@ -240,7 +246,7 @@ impl App {
     /// `addr()` is the bound address (port 0 picks a free one).
     pub fn build(settings: Settings, engine: EngineSource) -> Result<App> {
         let manifest = Manifest::builtin();
-        let models = manifest.models_for(settings.model.as_deref())?;
+        let models = manifest.models_for(settings.model.as_deref(), settings.general_fits())?;
         let store = Store::open(&settings.data_dir)
             .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
         let (server, addr, tls) = listen(&settings)?;
@@ -267,6 +273,7 @@ impl App {
                 Some(Loader {
                     models_dir: settings.models_dir.clone(),
                     engine: settings.engine.clone(),
+                    trial: Some(OnnxRuntimeTrial::new(&settings.data_dir)),
                 }),
                 settings.inference_workers,
                 settings.queue_capacity,
@@ -305,6 +312,18 @@ impl App {
                 .backend
                 .clone()
                 .unwrap_or_else(|| "none".into()),
+            board: settings.board.as_ref().map(|(board, defaults)| {
+                format!(
+                    "{}; {} MiB, so by default {} on {} ({})",
+                    crate::bench::describe(board),
+                    board.memory >> 20,
+                    defaults.model,
+                    defaults.engine,
+                    defaults.why
+                )
+            }),
+            engine_note: settings.engine_note.clone(),
+            data_dir: settings.data_dir.clone(),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });
@@ -375,6 +394,8 @@ impl ShutdownHandle {
         while self.state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(20));
         }
+        // Before the workers go: the process may exit as soon as they have.
+        self.state.pipeline.settle_trial();
         for _ in 0..self.workers {
             self.server.unblock();
         }

@@ -768,6 +768,55 @@ fn the_status_page_shows_the_appliance() {
 }
 
 #[test]
+fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() {
+    use cutout::bench::{Outcome, Report, Row};
+    use cutout::board::{Board, Installed};
+    let board = Board {
+        name: "Raspberry Pi 4 Model B Rev 1.4".into(),
+        memory: 1900 << 20,
+        cores: 4,
+        int8_dot_product: false,
+    };
+    let installed = Installed {
+        onnxruntime: true,
+        isnet_int8: false,
+    };
+    let defaults = board.defaults(&installed);
+    let app = spawn_app_with(cutout::EngineSource::Ready(u2netp()), |s| {
+        s.board = Some((board, defaults));
+        s.engine_note = Some("ONNX Runtime's library ended the process 2 times".into());
+    });
+    let page = app.admin().get("/admin/status").text();
+    assert!(page.contains("not run yet"), "{page}");
+    let report = Report {
+        at_unix: MID_MARCH,
+        board: "Raspberry Pi 4 Model B Rev 1.4, 4 cores".into(),
+        memory_mib: 1900,
+        rows: vec![Row {
+            model: "u2netp".into(),
+            engine: "tract".into(),
+            outcome: Outcome::Measured {
+                load_seconds: 0.4,
+                seconds: 2.25,
+                peak_mib: 240,
+            },
+        }],
+        recommended: Some(("u2netp".into(), "tract".into())),
+    };
+    report.save(app.data_dir()).unwrap();
+    let page = app.admin().get("/admin/status").text();
+    for expected in [
+        "Raspberry Pi 4 Model B Rev 1.4, 4 cores; 1900 MiB, so by default isnet on onnxruntime",
+        "ended the process 2 times",
+        "u2netp on tract: 2.25 s per 12 MP photo, peak 240 MiB",
+        "model = &quot;u2netp&quot;",
+        "2026-03-15",
+    ] {
+        assert!(page.contains(expected), "{expected} in {page}");
+    }
+}
+
+#[test]
 fn every_page_forbids_framing_and_foreign_content() {
     let app = spawn_app();
     for path in [

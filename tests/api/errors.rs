@@ -166,7 +166,8 @@ fn until_the_model_is_loaded_calls_get_503_with_retry_after() {
     });
     let key = app.account("acme", "pro");
     wait_until("the load has failed", || {
-        app.request("GET", "/readyz", &[], b"").status == 503
+        let ready = app.request("GET", "/readyz", &[], b"");
+        ready.status == 503 && String::from_utf8_lossy(&ready.body).contains("missing")
     });
     let reply = app.post_image(Some(&key), &jpeg(64, 48), None);
     assert_eq!(

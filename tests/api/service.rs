@@ -86,7 +86,8 @@ fn systemd_hears_loading_ready_watchdog_pings_and_stopping() {
     assert_eq!(service.next(), "STATUS=loading model u2netp");
     let ready = service.next();
     assert!(
-        ready.starts_with("READY=1\nSTATUS=serving model u2netp on 127.0.0.1:"),
+        ready.starts_with("READY=1\nSTATUS=serving model u2netp (")
+            && ready.contains(") on 127.0.0.1:"),
         "{ready}"
     );
     service.until("WATCHDOG=1");
@@ -299,4 +300,60 @@ fn a_corrupt_model_leaves_the_server_up_answering_503_with_the_led_blinking_fast
         log.contains("u2netp"),
         "the log says the model failed: {log}"
     );
+}
+
+#[test]
+fn onnxruntime_that_ended_two_starts_gives_way_to_tract_on_the_third() {
+    use crate::helpers::{cli_account, jpeg, models_dir, Multipart, Server};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let trial = data.join(cutout::engine::TRIAL_FILE);
+    let start = || {
+        Server::start_with(
+            &data,
+            &models_dir(),
+            "info",
+            &["--engine", "onnxruntime"],
+            &[],
+        )
+    };
+    let key = cli_account(&data, "booth", "pro");
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(64, 48));
+
+    // A start that cut out a photo has shown the library works.
+    let server = start();
+    assert!(
+        trial.exists(),
+        "on trial while it loads and until its first cut-out"
+    );
+    assert_eq!(
+        crate::helpers::post_form(server.addr, Some(&key), &form).status,
+        200
+    );
+    assert!(!trial.exists());
+    server.kill_9();
+    // So has a clean stop.
+    let mut server = start();
+    let pid = server.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(server.child.wait().unwrap().success());
+    assert!(!trial.exists());
+    // Two starts that ended before either, as a crash inside the library
+    // would end them.
+    for _ in 0..2 {
+        start().kill_9();
+    }
+    let server = start();
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(
+        log.contains("ended the process 2 times") && log.contains("serving with tract instead"),
+        "{log}"
+    );
+    assert!(log.contains("serving u2netp on tract"), "{log}");
+    assert_eq!(
+        crate::helpers::post_form(server.addr, Some(&key), &form).status,
+        200
+    );
+    assert!(trial.exists(), "kept, for the operator to delete");
 }

@@ -238,7 +238,10 @@ try {
   await shot("admin-accounts");
   await page.click("text=Status");
   assert.match(await text(), /u2netp/);
-  assert.match(await text(), /tract-onnx/);
+  // No engine is set: the board's defaults chose one, and the page says why.
+  assert.match(await text(), /tract-onnx|onnxruntime/);
+  assert.match(await text(), /MiB, so by default/);
+  assert.match(await text(), /not run yet/);
   await shot("admin-status");
 
   // The same appliance with HTTPS on: plain HTTP sends the browser to

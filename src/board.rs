@@ -1,0 +1,362 @@
+//! The machine cutout finds itself on, and the model, engine and upload
+//! buffer that fit it. These are the lowest configuration layer: on first
+//! start of `serve` (or `remove`) they fill what the command line,
+//! `CUTOUT_*` variables and `cutout.toml` leave unset. The rule and the
+//! measurements behind each threshold are in README.md ("Choosing a model
+//! for your board").
+
+use crate::config::{Config, EngineKind, ServerConfig};
+use std::path::Path;
+
+/// What the defaults are chosen from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Board {
+    /// The board's model (a Raspberry Pi's device tree) or its CPU's name.
+    pub name: String,
+    /// Bytes cutout may use: the machine's memory, or its cgroup's limit
+    /// (a unit's `MemoryMax=`, a container's) where that is lower.
+    pub memory: u64,
+    pub cores: usize,
+    /// The CPU multiplies int8 vectors with 32-bit sums in one instruction
+    /// (Arm's SDOT, x86's VNNI): what makes an int8 model faster than f32.
+    pub int8_dot_product: bool,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// Below this, IS-Net does not fit with room to spare: on tract its peak
+/// under four concurrent 12 MP uploads is about 620 MiB, on ONNX Runtime
+/// 760 MiB, and its second opinion loads MODNet beside it (about 100 MiB
+/// more); the system needs its own 150 MiB. U2NetP peaks at 240 MiB.
+pub const ISNET_MIN_MEMORY: u64 = 1536 * MIB;
+
+/// Uploads held at once where IS-Net does not fit: four of the largest.
+pub const SMALL_UPLOAD_BUFFER_MIB: u64 = 40;
+
+/// What the board's defaults set, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoardDefaults {
+    pub model: &'static str,
+    pub engine: EngineKind,
+    /// `None`: the general default (`server.upload_buffer_mib`).
+    pub upload_buffer_mib: Option<u64>,
+    /// Whether a request's `type=general` may load IS-Net beside the
+    /// configured model; where it does not fit, the configured model
+    /// answers it.
+    pub isnet_fits: bool,
+    pub why: String,
+}
+
+/// What is installed beside the binary, as far as the rule cares.
+pub struct Installed {
+    pub onnxruntime: bool,
+    pub isnet_int8: bool,
+}
+
+impl Installed {
+    pub fn find(models_dir: &Path, onnxruntime_library: Option<&Path>) -> Installed {
+        let manifest = crate::engine::Manifest::builtin();
+        let library = onnxruntime_library
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| models_dir.join(&manifest.onnxruntime.file));
+        let isnet_int8 = manifest
+            .model(Some("isnet-int8"))
+            .map(|spec| models_dir.join(&spec.file).is_file())
+            .unwrap_or(false);
+        Installed {
+            onnxruntime: manifest.onnxruntime.sha256_here().is_some() && library.is_file(),
+            isnet_int8,
+        }
+    }
+}
+
+impl Board {
+    pub fn detect() -> Board {
+        let total = read("/proc/meminfo")
+            .as_deref()
+            .and_then(meminfo_total)
+            .unwrap_or(u64::MAX);
+        let limit = read("/proc/self/cgroup")
+            .as_deref()
+            .and_then(|cgroups| cgroup_memory_limit(cgroups, Path::new("/sys/fs/cgroup")))
+            .unwrap_or(u64::MAX);
+        Board {
+            name: board_name(),
+            memory: total.min(limit),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            int8_dot_product: int8_dot_product(),
+        }
+    }
+
+    /// The rule README.md writes out, from top to bottom.
+    pub fn defaults(&self, installed: &Installed) -> BoardDefaults {
+        let mib = self.memory / MIB;
+        if self.memory < ISNET_MIN_MEMORY {
+            return BoardDefaults {
+                model: "u2netp",
+                engine: EngineKind::Tract,
+                upload_buffer_mib: Some(SMALL_UPLOAD_BUFFER_MIB),
+                isnet_fits: false,
+                why: format!(
+                    "{mib} MiB of memory, under the {} MiB IS-Net needs with room: u2netp on \
+                     tract (ONNX Runtime's library and arena would take 100 MiB more), \
+                     uploads held at once capped at {SMALL_UPLOAD_BUFFER_MIB} MiB",
+                    ISNET_MIN_MEMORY / MIB
+                ),
+            };
+        }
+        if !installed.onnxruntime {
+            return BoardDefaults {
+                model: "isnet",
+                engine: EngineKind::Tract,
+                upload_buffer_mib: None,
+                isnet_fits: true,
+                why: format!("{mib} MiB of memory: isnet; ONNX Runtime is not installed: tract"),
+            };
+        }
+        let (model, int8) = match (self.int8_dot_product, installed.isnet_int8) {
+            (true, true) => ("isnet-int8", "the CPU has int8 dot products: isnet-int8"),
+            (true, false) => ("isnet", "isnet (isnet-int8 is not installed)"),
+            (false, _) => ("isnet", "no int8 dot products on this CPU: isnet"),
+        };
+        BoardDefaults {
+            model,
+            engine: EngineKind::Onnxruntime,
+            upload_buffer_mib: None,
+            isnet_fits: true,
+            why: format!("{mib} MiB of memory: IS-Net on onnxruntime; {int8}"),
+        }
+    }
+}
+
+impl BoardDefaults {
+    /// The defaults as a configuration layer, to go under the others.
+    pub fn as_config(&self) -> Config {
+        Config {
+            model: Some(self.model.to_owned()),
+            engine: Some(self.engine),
+            server: ServerConfig {
+                upload_buffer_mib: self.upload_buffer_mib,
+                ..ServerConfig::default()
+            },
+            ..Config::default()
+        }
+    }
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn meminfo_total(meminfo: &str) -> Option<u64> {
+    let kib = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// The memory limit on this process's cgroup and its ancestors, from
+/// `/proc/self/cgroup`: cgroup v1's memory controller where it is mounted
+/// (its `hierarchical_memory_limit` already takes the ancestors in), else
+/// v2's `memory.max` up the tree. `None`: no limit.
+fn cgroup_memory_limit(cgroups: &str, root: &Path) -> Option<u64> {
+    let mut unified = None;
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let path = path.trim_start_matches('/');
+        if controllers.split(',').any(|c| c == "memory") {
+            let stat = std::fs::read_to_string(root.join("memory").join(path).join("memory.stat"));
+            if let Ok(stat) = stat {
+                return stat
+                    .lines()
+                    .find_map(|l| l.strip_prefix("hierarchical_memory_limit "))
+                    .and_then(|n| n.trim().parse().ok());
+            }
+        } else if controllers.is_empty() {
+            unified = Some(path);
+        }
+    }
+    let mut dir = root.join(unified?);
+    let mut limit: Option<u64> = None;
+    while dir.starts_with(root) {
+        if let Ok(max) = std::fs::read_to_string(dir.join("memory.max")) {
+            if let Ok(bytes) = max.trim().parse::<u64>() {
+                limit = Some(limit.map_or(bytes, |l| l.min(bytes)));
+            }
+        }
+        if !dir.pop() {
+            break;
+        }
+    }
+    limit
+}
+
+fn board_name() -> String {
+    // A Raspberry Pi says what it is ("Raspberry Pi 4 Model B Rev 1.4").
+    if let Some(model) = read("/proc/device-tree/model") {
+        let model = model.trim_end_matches('\0').trim();
+        if !model.is_empty() {
+            return model.to_owned();
+        }
+    }
+    read("/proc/cpuinfo")
+        .as_deref()
+        .and_then(cpu_name)
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
+}
+
+/// x86's "model name", or an Arm core from its part number.
+fn cpu_name(cpuinfo: &str) -> Option<String> {
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key.trim() == name).then(|| value.trim().to_owned())
+        })
+    };
+    if let Some(name) = field("model name") {
+        return Some(name);
+    }
+    let part = field("CPU part")?;
+    let core = match (field("CPU implementer").as_deref(), part.as_str()) {
+        (Some("0x41"), "0xd03") => "Cortex-A53",
+        (Some("0x41"), "0xd04") => "Cortex-A35",
+        (Some("0x41"), "0xd05") => "Cortex-A55",
+        (Some("0x41"), "0xd07") => "Cortex-A57",
+        (Some("0x41"), "0xd08") => "Cortex-A72",
+        (Some("0x41"), "0xd09") => "Cortex-A73",
+        (Some("0x41"), "0xd0b") => "Cortex-A76",
+        _ => return Some(format!("Arm CPU part {part}")),
+    };
+    Some(core.to_owned())
+}
+
+#[cfg(target_arch = "aarch64")]
+fn int8_dot_product() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+#[cfg(target_arch = "x86_64")]
+fn int8_dot_product() -> bool {
+    std::arch::is_x86_feature_detected!("avx512vnni")
+        || std::arch::is_x86_feature_detected!("avxvnni")
+}
+
+#[cfg(not(any(target_arch = "aarch64", target_arch = "x86_64")))]
+fn int8_dot_product() -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn board(memory_mib: u64, int8_dot_product: bool) -> Board {
+        Board {
+            name: "test".into(),
+            memory: memory_mib * MIB,
+            cores: 4,
+            int8_dot_product,
+        }
+    }
+
+    const EVERYTHING: Installed = Installed {
+        onnxruntime: true,
+        isnet_int8: true,
+    };
+
+    #[test]
+    fn each_board_class_gets_the_model_and_engine_that_fit_it() {
+        let pick = |b: Board, installed: &Installed| {
+            let d = b.defaults(installed);
+            (d.model, d.engine, d.upload_buffer_mib, d.isnet_fits)
+        };
+        let small = (
+            "u2netp",
+            EngineKind::Tract,
+            Some(SMALL_UPLOAD_BUFFER_MIB),
+            false,
+        );
+        // Pi Zero 2 (512 MB), Pi 3 (1 GB), even with a fast CPU.
+        assert_eq!(pick(board(512, false), &EVERYTHING), small);
+        assert_eq!(pick(board(1024, true), &EVERYTHING), small);
+        assert_eq!(pick(board(1535, true), &EVERYTHING), small);
+        // Pi 4 (2 GB, no SDOT), Pi 5 (4 GB, SDOT).
+        let pi4 = pick(board(2048, false), &EVERYTHING);
+        assert_eq!(pi4, ("isnet", EngineKind::Onnxruntime, None, true));
+        let pi5 = pick(board(4096, true), &EVERYTHING);
+        assert_eq!(pi5, ("isnet-int8", EngineKind::Onnxruntime, None, true));
+        let without_int8 = Installed {
+            onnxruntime: true,
+            isnet_int8: false,
+        };
+        assert_eq!(pick(board(4096, true), &without_int8).0, "isnet");
+        let tract_only = Installed {
+            onnxruntime: false,
+            isnet_int8: true,
+        };
+        assert_eq!(
+            pick(board(4096, true), &tract_only),
+            ("isnet", EngineKind::Tract, None, true)
+        );
+    }
+
+    #[test]
+    fn the_defaults_go_under_every_other_layer() {
+        let defaults = board(512, false).defaults(&EVERYTHING);
+        let file = Config::parse_str("model = \"modnet\"\n").unwrap();
+        let settings =
+            crate::config::Settings::from_config(file.over(defaults.as_config())).unwrap();
+        assert_eq!(settings.model.as_deref(), Some("modnet"));
+        assert_eq!(settings.engine.kind, EngineKind::Tract);
+        assert_eq!(settings.upload_buffer, SMALL_UPLOAD_BUFFER_MIB * MIB);
+        let file = Config::parse_str("engine = \"onnxruntime\"\n[server]\nupload_buffer_mib = 8\n")
+            .unwrap();
+        let settings =
+            crate::config::Settings::from_config(file.over(defaults.as_config())).unwrap();
+        assert_eq!(settings.model.as_deref(), Some("u2netp"));
+        assert_eq!(settings.engine.kind, EngineKind::Onnxruntime);
+        assert_eq!(settings.upload_buffer, 8 * MIB);
+    }
+
+    #[test]
+    fn memory_is_the_machines_or_its_cgroups_limit() {
+        assert_eq!(
+            meminfo_total("MemTotal:        3884376 kB\nMemFree: 1 kB\n"),
+            Some(3884376 * 1024)
+        );
+        let root = tempfile::tempdir().unwrap();
+        let v1 = root.path().join("memory/board/a53");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(
+            v1.join("memory.stat"),
+            "cache 0\nhierarchical_memory_limit 536870912\n",
+        )
+        .unwrap();
+        let cgroups = "5:devices:/\n4:memory:/board/a53\n0::/\n";
+        assert_eq!(cgroup_memory_limit(cgroups, root.path()), Some(512 * MIB));
+        // v2: the lowest memory.max on the way up; "max" is no limit.
+        let v2 = root.path().join("system.slice/cutout.service");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("memory.max"), "max\n").unwrap();
+        std::fs::write(root.path().join("system.slice/memory.max"), "1073741824\n").unwrap();
+        let cgroups = "0::/system.slice/cutout.service\n";
+        assert_eq!(cgroup_memory_limit(cgroups, root.path()), Some(1024 * MIB));
+        assert_eq!(cgroup_memory_limit("0::/elsewhere\n", root.path()), None);
+    }
+
+    #[test]
+    fn cpus_are_named_by_model_or_arm_part() {
+        let x86 = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\n";
+        assert_eq!(cpu_name(x86).as_deref(), Some("AMD EPYC 9B14"));
+        let a72 = "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd08\n";
+        assert_eq!(cpu_name(a72).as_deref(), Some("Cortex-A72"));
+        let other = "CPU implementer\t: 0x51\nCPU part\t: 0x801\n";
+        assert_eq!(cpu_name(other).as_deref(), Some("Arm CPU part 0x801"));
+    }
+}
