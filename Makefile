@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: test-tiny-http run test models onnxruntime quantize bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: binfmt test-board test-tiny-http run test models onnxruntime quantize bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -51,7 +51,7 @@ lint:
 test: models onnxruntime quantize lint deny
 	$(CARGO) test
 	$(MAKE) test-tiny-http
-	$(MAKE) e2e unit-check test-aarch64 test-deb
+	$(MAKE) e2e unit-check test-aarch64 test-board test-deb
 
 # The vendored tiny_http's own tests (vendor/tiny_http/PATCHES.md), TLS on;
 # its own target dir, as it is not a workspace member.
@@ -83,16 +83,43 @@ aarch64:
 	@echo "built target/aarch64/$(AARCH64)/release/cutout"
 
 # Everything built for aarch64 (the library, the binary and all tests); the
-# library's unit tests and the binary (its commands, and the threaded server
-# without a model) run under qemu-aarch64 (tests/aarch64-smoke.sh). No model
-# runs there, so the dependencies are built unoptimised (profile arm-check).
-test-aarch64: models
+# library's unit tests, the binary (its commands, and the threaded server
+# without a model: tests/aarch64-smoke.sh) and the API tests that run no
+# model run under qemu-aarch64. No model runs there, so the dependencies
+# are built unoptimised (profile arm-check); test-board runs the models.
+test-aarch64: models binfmt
 	$(ARM) $(CARGO) test --no-run --profile arm-check --target $(AARCH64)
 	@echo "not run under qemu-user: a_large_block_asks_for_huge_pages (qemu writes its own" \
-		"/proc/self/smaps, whose VmFlags never show the huge-page advice)"
+		"/proc/self/smaps, whose VmFlags never show the huge-page advice);" \
+		"the_test_photo_is_12_megapixels_under_the_upload_limit (it encodes 12 MP JPEGs" \
+		"with unoptimised dependencies: most of an hour emulated)"
 	$(ARM) $(CARGO) test --lib --profile arm-check --target $(AARCH64) -- \
-		--skip a_large_block_asks_for_huge_pages
+		--skip a_large_block_asks_for_huge_pages \
+		--skip the_test_photo_is_12_megapixels_under_the_upload_limit
 	sh tests/aarch64-smoke.sh target/aarch64/$(AARCH64)/arm-check/cutout
+	@echo "threaded API tests under qemu-aarch64 that run no model (the aarch64 server" \
+		"binary they start runs through qemu's binfmt handler)"
+	$(ARM) $(CARGO) test --test api --profile arm-check --target $(AARCH64) -- \
+		connections dashboard::sign_in dashboard::parallel_guesses dashboard::a_stranger
+
+# Tests that start an aarch64 program as a child process need the kernel to
+# hand it to qemu: its binfmt handler, registered here (as root) if missing.
+binfmt:
+	@test -e /proc/sys/fs/binfmt_misc/qemu-aarch64 || { \
+		mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc; \
+		cat /usr/lib/binfmt.d/qemu-aarch64.conf > /proc/sys/fs/binfmt_misc/register; }
+
+# The appliance on emulated Raspberry Pi boards (tests/board.rs): Cortex-A53
+# with 512 MiB, A72 with 2 GiB, A76 with 4 GiB, each a qemu CPU model and a
+# cgroup memory limit; the arm64 package's release binary with the packaged
+# cutout.toml serves cut-outs with each board's defaults, matched against
+# the x86 build's. About 7 minutes; needs root and qemu 10.
+BOARD_MODELS := target/board/models
+test-board: models quantize aarch64
+	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir $(BOARD_MODELS)
+	for m in isnet isnet-int8 modnet u2netp; do ln -sf $(CURDIR)/models/$$m.onnx $(BOARD_MODELS)/; done
+	TEST_BOARD_BINARY=target/aarch64/$(AARCH64)/release/cutout TEST_BOARD_MODELS=$(BOARD_MODELS) \
+		$(CARGO) test --test board -- --ignored --test-threads=1 --nocapture
 
 # Debian packages (cargo-deb): binary, unit, cutout.toml, models, ONNX
 # Runtime's library for the package's architecture, postinst.
