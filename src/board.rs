@@ -90,7 +90,6 @@ impl Board {
 
     /// The rule README.md writes out, from top to bottom.
     pub fn defaults(&self, installed: &Installed) -> BoardDefaults {
-        let mib = self.memory / MIB;
         if self.memory < ISNET_MIN_MEMORY {
             return BoardDefaults {
                 model: "u2netp",
@@ -98,9 +97,9 @@ impl Board {
                 upload_buffer_mib: Some(SMALL_UPLOAD_BUFFER_MIB),
                 isnet_fits: false,
                 why: format!(
-                    "{mib} MiB of memory, under the {} MiB IS-Net needs with room: u2netp on \
-                     tract (ONNX Runtime's library and arena would take 100 MiB more), \
-                     uploads held at once capped at {SMALL_UPLOAD_BUFFER_MIB} MiB",
+                    "under the {} MiB IS-Net needs with room: u2netp, on tract (ONNX \
+                     Runtime's library and arena would take 100 MiB more), uploads held at \
+                     once capped at {SMALL_UPLOAD_BUFFER_MIB} MiB",
                     ISNET_MIN_MEMORY / MIB
                 ),
             };
@@ -111,7 +110,7 @@ impl Board {
                 engine: EngineKind::Tract,
                 upload_buffer_mib: None,
                 isnet_fits: true,
-                why: format!("{mib} MiB of memory: isnet; ONNX Runtime is not installed: tract"),
+                why: "room for IS-Net; ONNX Runtime is not installed: tract".into(),
             };
         }
         let (model, int8) = match (self.int8_dot_product, installed.isnet_int8) {
@@ -124,7 +123,7 @@ impl Board {
             engine: EngineKind::Onnxruntime,
             upload_buffer_mib: None,
             isnet_fits: true,
-            why: format!("{mib} MiB of memory: IS-Net on onnxruntime; {int8}"),
+            why: format!("room for IS-Net, on onnxruntime; {int8}"),
         }
     }
 }

@@ -93,7 +93,8 @@ enum Command {
     /// its peak memory, and recommend a configuration for this board. The
     /// Status page shows the last result.
     Bench {
-        /// Stop starting new measurements after this many seconds.
+        /// The time budget: a measurement still running then is stopped, and
+        /// those not yet started are skipped.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
         /// Also write the 12 MP photo it measures with here (a JPEG).

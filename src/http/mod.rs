@@ -314,7 +314,7 @@ impl App {
                 .unwrap_or_else(|| "none".into()),
             board: settings.board.as_ref().map(|(board, defaults)| {
                 format!(
-                    "{}; {} MiB, so by default {} on {} ({})",
+                    "{}, {} MiB; so by default {} on {} ({})",
                     crate::bench::describe(board),
                     board.memory >> 20,
                     defaults.model,

@@ -97,10 +97,16 @@ fn two_thousand_idle_half_requests_under_1024_open_files_never_stop_the_server()
     assert!(evicted >= 3000.0, "{evicted} idle connections made room");
     assert!(open <= 512.0, "{open} open");
     let peak = peak.load(Ordering::Relaxed);
-    assert!(
-        peak <= idle + 100 * 1024,
-        "peak RSS {peak} KiB against idle {idle} KiB"
-    );
+    if std::env::var_os("TEST_UNDER_QEMU").is_some() {
+        // `make test-aarch64`: the RSS is qemu's, with its own state for
+        // every guest thread (about half a MiB each, 512 of them here).
+        eprintln!("peak RSS not checked under qemu-user: {peak} KiB against idle {idle} KiB");
+    } else {
+        assert!(
+            peak <= idle + 100 * 1024,
+            "peak RSS {peak} KiB against idle {idle} KiB"
+        );
+    }
     let log = std::fs::read_to_string(&server.log).unwrap();
     assert!(!log.contains("panicked"), "{log}");
     eprintln!(

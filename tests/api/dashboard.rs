@@ -806,7 +806,7 @@ fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() 
     report.save(app.data_dir()).unwrap();
     let page = app.admin().get("/admin/status").text();
     for expected in [
-        "Raspberry Pi 4 Model B Rev 1.4, 4 cores; 1900 MiB, so by default isnet on onnxruntime",
+        "Raspberry Pi 4 Model B Rev 1.4, 4 cores, 1900 MiB; so by default isnet on onnxruntime",
         "ended the process 2 times",
         "u2netp on tract: 2.25 s per 12 MP photo, peak 240 MiB",
         "model = &quot;u2netp&quot;",

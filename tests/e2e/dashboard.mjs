@@ -240,7 +240,7 @@ try {
   assert.match(await text(), /u2netp/);
   // No engine is set: the board's defaults chose one, and the page says why.
   assert.match(await text(), /tract-onnx|onnxruntime/);
-  assert.match(await text(), /MiB, so by default/);
+  assert.match(await text(), /MiB; so by default/);
   assert.match(await text(), /not run yet/);
   await shot("admin-status");
 
