@@ -97,25 +97,23 @@ impl Report {
 
     /// The table `cutout bench` prints and the Status page shows.
     pub fn lines(&self) -> Vec<String> {
-        Report::lines_of(&self.rows)
+        self.rows.iter().map(Row::line).collect()
     }
+}
 
-    pub fn lines_of(rows: &[Row]) -> Vec<String> {
-        rows.iter()
-            .map(|row| {
-                let what = match &row.outcome {
-                    Outcome::Measured {
-                        load_seconds,
-                        seconds,
-                        peak_mib,
-                    } => format!(
-                        "{seconds:.2} s per 12 MP photo, peak {peak_mib} MiB (loads in {load_seconds:.1} s)"
-                    ),
-                    Outcome::Not(why) => format!("not measured: {why}"),
-                };
-                format!("{} on {}: {what}", row.model, row.engine)
-            })
-            .collect()
+impl Row {
+    pub fn line(&self) -> String {
+        let what = match &self.outcome {
+            Outcome::Measured {
+                load_seconds,
+                seconds,
+                peak_mib,
+            } => format!(
+                "{seconds:.2} s per 12 MP photo, peak {peak_mib} MiB (loads in {load_seconds:.1} s)"
+            ),
+            Outcome::Not(why) => format!("not measured: {why}"),
+        };
+        format!("{} on {}: {what}", self.model, self.engine)
     }
 }
 
@@ -230,7 +228,7 @@ pub fn run(
     let memory_mib = board.memory >> 20;
     Ok(Report {
         at_unix: now_unix,
-        board: describe(&board),
+        board: board.describe(),
         memory_mib,
         recommended: Report::recommend(&rows, memory_mib),
         rows,
@@ -341,20 +339,6 @@ pub fn measure_one(
         })
         .ok_or_else(|| anyhow!("no VmHWM in /proc/self/status"))?;
     Ok((loaded.as_secs_f64(), took, peak_kib))
-}
-
-/// The board line a report carries.
-pub fn describe(board: &Board) -> String {
-    format!(
-        "{}, {} cores{}",
-        board.name,
-        board.cores,
-        if board.int8_dot_product {
-            ", int8 dot products"
-        } else {
-            ""
-        }
-    )
 }
 
 #[cfg(test)]

@@ -88,6 +88,21 @@ impl Board {
         }
     }
 
+    /// "Raspberry Pi 4 Model B Rev 1.4, 4 cores, 1900 MiB".
+    pub fn describe(&self) -> String {
+        let int8 = if self.int8_dot_product {
+            ", int8 dot products"
+        } else {
+            ""
+        };
+        format!(
+            "{}, {} cores{int8}, {} MiB",
+            self.name,
+            self.cores,
+            self.memory / MIB
+        )
+    }
+
     /// The rule README.md writes out, from top to bottom.
     pub fn defaults(&self, installed: &Installed) -> BoardDefaults {
         if self.memory < ISNET_MIN_MEMORY {
@@ -129,6 +144,11 @@ impl Board {
 }
 
 impl BoardDefaults {
+    /// What the log and the Status page say of the choice.
+    pub fn summary(&self) -> String {
+        format!("{} on {} ({})", self.model, self.engine, self.why)
+    }
+
     /// The defaults as a configuration layer, to go under the others.
     pub fn as_config(&self) -> Config {
         Config {

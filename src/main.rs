@@ -456,13 +456,9 @@ fn serve(settings: Settings, demo: bool) -> Result<()> {
     let mdns = settings.mdns.clone();
     if let Some((board, defaults)) = &settings.board {
         log::info!(
-            "board: {}, {} MiB, {} cores; its defaults: {} on {} ({}); serving {} on {}",
-            board.name,
-            board.memory >> 20,
-            board.cores,
-            defaults.model,
-            defaults.engine,
-            defaults.why,
+            "board: {}; its defaults: {}; serving {} on {}",
+            board.describe(),
+            defaults.summary(),
             settings.model.as_deref().unwrap_or(defaults.model),
             settings.engine.kind
         );
@@ -552,17 +548,14 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
         std::time::Duration::from_secs(seconds),
         &photo_path,
         |row| {
-            eprintln!(
-                "  {}",
-                bench::Report::lines_of(std::slice::from_ref(row))[0]
-            );
+            eprintln!("  {}", row.line());
         },
     );
     if save_photo.is_none() {
         let _ = std::fs::remove_file(&photo_path);
     }
     let report = report?;
-    println!("board: {}, {} MiB", report.board, report.memory_mib);
+    println!("board: {}", report.board);
     for line in report.lines() {
         println!("{line}");
     }

@@ -240,7 +240,7 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
             dd {
                 @match &s.bench {
                     Some(report) => {
-                        "last run " (crate::domain::utc_datetime(report.at_unix)) " UTC, " (report.board) ", " (report.memory_mib) " MiB:"
+                        "last run " (crate::domain::utc_datetime(report.at_unix)) " UTC on " (report.board) ":"
                         ul.bench { @for line in report.lines() { li { (line) } } }
                         @match &report.recommended {
                             Some((model, engine)) => { "Recommended: " code { "model = \"" (model) "\"" } ", " code { "engine = \"" (engine) "\"" } }

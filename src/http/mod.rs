@@ -313,14 +313,7 @@ impl App {
                 .clone()
                 .unwrap_or_else(|| "none".into()),
             board: settings.board.as_ref().map(|(board, defaults)| {
-                format!(
-                    "{}, {} MiB; so by default {} on {} ({})",
-                    crate::bench::describe(board),
-                    board.memory >> 20,
-                    defaults.model,
-                    defaults.engine,
-                    defaults.why
-                )
+                format!("{}; so by default {}", board.describe(), defaults.summary())
             }),
             engine_note: settings.engine_note.clone(),
             data_dir: settings.data_dir.clone(),
