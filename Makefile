@@ -38,8 +38,9 @@ bench: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/bench.py $(BENCH_ARGS)
 
-# Cut-out quality on ../shared/eval/dev next to the peers' reference
-# figures (bench/eval.py; about 10 minutes). Cut-outs: target/eval/.
+# Cut-out quality on the four sets of ../shared/eval/dev next to the peers'
+# reference figures, sets worse than the best peer flagged (bench/eval.py;
+# about 40 minutes, 12 for EVAL_ARGS="--models default"). Cut-outs: target/eval/.
 eval: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/eval.py $(EVAL_ARGS)
