@@ -310,11 +310,12 @@ fn failed_sign_ins_with_long_names_keep_the_log_and_memory_small() {
     };
     let log_before = std::fs::metadata(&server.log).unwrap().len();
     // The first password checks and 64 KB forms on each worker take arenas
-    // and buffers whatever the throttle keeps: measure from after them.
+    // and buffers whatever the throttle keeps: measure from after them, on
+    // as many connections at once as below, so every worker has had one.
     thread::scope(|s| {
-        for t in 0..5 {
+        for t in 0..10 {
             s.spawn(move || {
-                for i in 0..4 {
+                for i in 0..2 {
                     assert_eq!(fail([127, 0, 0, 1], 10 * t + i), 401);
                 }
             });
@@ -349,8 +350,9 @@ fn failed_sign_ins_with_long_names_keep_the_log_and_memory_small() {
     assert!(grown < 200 * 1024, "the log grew {grown} bytes");
     assert!(!log.contains(&long[..32]), "no raw name in the log");
     assert!(log.contains("failed sign-in for an unknown name (64006 bytes) from 127.0.1.50"));
-    // The 1,000 names kept, as the old table did, would add 62 MiB.
-    assert!(rss_grown < 8 * 1024, "RSS grew {rss_grown} KiB");
+    // The 1,000 names kept, as the old table did, would add 62 MiB; the
+    // workers' allocator arenas alone grow 6-8 MiB on a loaded machine.
+    assert!(rss_grown < 16 * 1024, "RSS grew {rss_grown} KiB");
     eprintln!("1,000 failures: the log grew {grown} bytes, RSS {rss_grown} KiB");
 }
 
