@@ -294,7 +294,8 @@ fn measure_in_child(
     }
 }
 
-/// In the child: loads `model` on `engine` and cuts out the photo once;
+/// In the child: loads `model` on `engine` (with the models its
+/// `type=auto` blends) and cuts out the photo once;
 /// returns the load's and the cut-out's seconds, and the process's peak
 /// resident memory in KiB.
 pub fn measure_one(
@@ -303,10 +304,16 @@ pub fn measure_one(
     engine: EngineKind,
     photo: &Path,
 ) -> Result<(f64, f64, u64)> {
-    let spec = Manifest::builtin()
+    let manifest = Manifest::builtin();
+    let spec = manifest
         .model(Some(model))
         .ok_or_else(|| anyhow!("no model {model:?} in the manifest"))?
         .clone();
+    // As `type=auto` serves it, with the views it blends; without the
+    // second opinion, which only some photos ask for.
+    let mut models = Models::one(spec.clone());
+    models.auto = spec;
+    models.blended = manifest.models_for(Some(model), true)?.blended;
     let loader = Loader {
         models_dir: settings.models_dir.clone(),
         engine: EngineChoice {
@@ -315,7 +322,7 @@ pub fn measure_one(
         },
         trial: None,
     };
-    let pipeline = Pipeline::new(Models::one(spec), Some(loader), 1, 0, u64::MAX);
+    let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
     let loaded = pipeline.load(SubjectType::Auto).unwrap_or_default();
     let inference = &pipeline.default_model().inference;
     inference.ready().map_err(|e| anyhow!("{e}"))?;

@@ -24,10 +24,11 @@ pub struct Board {
 
 const MIB: u64 = 1024 * 1024;
 
-/// Below this, IS-Net does not fit with room to spare: on tract its peak
-/// under four concurrent 12 MP uploads is about 620 MiB, on ONNX Runtime
-/// 760 MiB, and its second opinion loads MODNet beside it (about 100 MiB
-/// more); the system needs its own 150 MiB. U2NetP peaks at 240 MiB.
+/// Below this, IS-Net does not fit with room to spare: on ONNX Runtime its
+/// peak under four concurrent 12 MP uploads is about 1,070 MiB with
+/// `type=auto`'s three views (a second input size, and U2NetP), and its
+/// second opinion loads MODNet beside it (about 100 MiB more); the system
+/// needs its own 150 MiB. U2NetP alone peaks at 240 MiB.
 pub const ISNET_MIN_MEMORY: u64 = 1536 * MIB;
 
 /// Uploads held at once where IS-Net does not fit: four of the largest.

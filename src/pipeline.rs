@@ -3,9 +3,10 @@
 //! its work queue is the server-wide back-pressure.
 
 use crate::domain::{SizeMode, SubjectType};
-use crate::engine::preprocess::{matte_from_output, placement, to_tensor};
+use crate::engine::preprocess::{apply_levels, matte_from_output, placement, to_tensor};
 use crate::engine::{
-    self, EngineChoice, EngineKind, InferError, Inference, ModelSpec, OnnxRuntimeTrial, Readiness,
+    self, Blend, EngineChoice, EngineKind, InferError, Inference, InputSpec, ModelSpec,
+    OnnxRuntimeTrial, Readiness,
 };
 use crate::error::ApiError;
 use crate::imaging::{self, DecodeError, GeometryError};
@@ -38,10 +39,15 @@ impl Stopwatch {
         }
     }
 
-    /// Ends the step called `name`.
+    /// Ends the step called `name`; a step run more than once (a blend's
+    /// views) adds up.
     fn lap(&mut self, name: &'static str) {
         let now = Instant::now();
-        self.laps.push((name, now - self.last));
+        let took = now - self.last;
+        match self.laps.iter_mut().find(|(lap, _)| *lap == name) {
+            Some((_, sum)) => *sum += took,
+            None => self.laps.push((name, took)),
+        }
         self.last = now;
     }
 }
@@ -66,15 +72,20 @@ pub struct Models {
     pub auto: ModelSpec,
     pub person: ModelSpec,
     pub general: ModelSpec,
+    /// The other models `auto`'s blend averages in.
+    pub blended: Vec<ModelSpec>,
 }
 
 impl Models {
-    /// One model for every type.
-    pub fn one(spec: ModelSpec) -> Models {
+    /// One model for every type, alone: no blend, no second opinion.
+    pub fn one(mut spec: ModelSpec) -> Models {
+        spec.blend = None;
+        spec.second_opinion = false;
         Models {
             auto: spec.clone(),
             person: spec.clone(),
             general: spec,
+            blended: Vec::new(),
         }
     }
 }
@@ -84,6 +95,8 @@ pub struct Pipeline {
     pub models: Vec<Model>,
     person: usize,
     general: usize,
+    /// `auto`'s blend's other models.
+    blended: Vec<usize>,
     /// `None`: every model is set by the caller (`Inference::set`).
     loader: Option<Loader>,
     pub queue: WorkQueue,
@@ -119,10 +132,12 @@ impl Pipeline {
         index(models.auto);
         let person = index(models.person);
         let general = index(models.general);
+        let blended = models.blended.into_iter().map(&mut index).collect();
         Pipeline {
             models: list,
             person,
             general,
+            blended,
             loader,
             queue: WorkQueue::new(holding_pixels, queue_capacity, upload_buffer),
             spare_pixels: SparePixels::new(holding_pixels),
@@ -151,11 +166,23 @@ impl Pipeline {
         }
     }
 
-    /// Loads `subject`'s model through the loader unless it is loaded,
-    /// failed or being loaded (then waits for it): seconds for IS-Net on
-    /// tract. The time it took, when this call loaded it.
+    /// Loads `subject`'s model through the loader, and for `auto` the
+    /// models its blend averages in, unless loaded, failed or being loaded
+    /// (then waits): seconds for IS-Net on tract. The time it took, when
+    /// this call loaded any.
     pub fn load(&self, subject: SubjectType) -> Option<Duration> {
-        let model = self.model(subject);
+        let mut took = self.load_model(self.model(subject));
+        if subject == SubjectType::Auto {
+            for &i in &self.blended {
+                if let Some(more) = self.load_model(&self.models[i]) {
+                    took = Some(took.unwrap_or_default() + more);
+                }
+            }
+        }
+        took
+    }
+
+    fn load_model(&self, model: &Model) -> Option<Duration> {
         let loader = self.loader.as_ref()?;
         let mut took = None;
         model.loading.call_once(|| {
@@ -187,8 +214,54 @@ impl Pipeline {
         took
     }
 
+    /// `type=auto`'s blend: the mean of `first` (the model's own view,
+    /// before levels) and the other views, on `first`'s grid, levelled;
+    /// and the models that made it, joined by `+`.
+    fn blend(
+        &self,
+        model: &Model,
+        blend: &Blend,
+        original: &DynamicImage,
+        first: (&DynamicImage, &[u8]),
+        watch: &mut Stopwatch,
+    ) -> Result<(Vec<u8>, String), ApiError> {
+        let grid = (first.0.width(), first.0.height());
+        let mut sum: Vec<u16> = first.1.iter().map(|&a| u16::from(a)).collect();
+        let laps = ["blend-prepare", "blend-model"];
+        let own = blend.inputs.iter().map(|&input| (model, input));
+        // A blended model that failed to load leaves its view out.
+        let others = self.blended.iter().map(|&i| &self.models[i]);
+        let others = others.filter(|other| match other.inference.ready() {
+            Err(InferError::Failed(why)) => {
+                log::warn!("{} left out of the blend: {why}", other.spec.name);
+                false
+            }
+            _ => true,
+        });
+        let others = others.map(|other| (other, other.spec.input));
+        let mut views = 1;
+        let mut made_by = model.spec.name.clone();
+        for (view_model, input) in own.chain(others) {
+            if !std::ptr::eq(view_model, model) {
+                made_by = format!("{made_by}+{}", view_model.spec.name);
+            }
+            let (view_input, matte) = run_model(view_model, input, original, watch, laps)?;
+            let size = (view_input.width(), view_input.height());
+            for (s, a) in sum.iter_mut().zip(imaging::resize_gray(&matte, size, grid)) {
+                *s += u16::from(a);
+            }
+            views += 1;
+        }
+        let mut matte: Vec<u8> = sum
+            .iter()
+            .map(|&s| ((s + views / 2) / views) as u8)
+            .collect();
+        apply_levels(&mut matte, blend.levels);
+        Ok((matte, made_by))
+    }
+
     /// The person model, its photo and its matte, where the configured model is
-    /// unsure of the subject and the person model, surer, agrees with it
+    /// unsure of the subject and the person model, far surer, agrees with it
     /// on most of it (`second_opinion` in the manifest; BENCHMARKS.md,
     /// "A second opinion"). `None` keeps the first matte, also when the
     /// person model cannot run.
@@ -210,14 +283,14 @@ impl Pipeline {
         }
         self.load(SubjectType::Person);
         let person = &self.models[self.person];
-        let (input, matte) =
-            match run_model(person, original, watch, ["second-prepare", "second-model"]) {
-                Ok(second) => second,
-                Err(e) => {
-                    log::warn!("no second opinion from {}: {e}", person.spec.name);
-                    return None;
-                }
-            };
+        let laps = ["second-prepare", "second-model"];
+        let (input, matte) = match run_model(person, person.spec.input, original, watch, laps) {
+            Ok(second) => second,
+            Err(e) => {
+                log::warn!("no second opinion from {}: {e}", person.spec.name);
+                return None;
+            }
+        };
         let second_unsure = unsure(&matte);
         let size = |image: &DynamicImage| (image.width(), image.height());
         let agree = agreement(first, size(first_input), &matte, size(&input));
@@ -226,7 +299,8 @@ impl Pipeline {
              agreement {agree:.2}",
             person.spec.name
         );
-        (second_unsure < first_unsure && agree > AGREE_OVER).then_some((person, input, matte))
+        let far_surer = second_unsure < first_unsure * KEEP_WHEN_UNSURE_UNDER;
+        (far_surer && agree > AGREE_OVER).then_some((person, input, matte))
     }
 
     /// Cuts out `bytes`, read while holding `place`, with `subject`'s model.
@@ -253,14 +327,28 @@ impl Pipeline {
             },
         })?;
 
-        let (mut model_input, mut small_matte) =
-            run_model(model, &original, &mut watch, ["prepare", "model"])?;
+        let spec = &model.spec;
+        let laps = ["prepare", "model"];
+        let (mut model_input, first) = run_model(model, spec.input, &original, &mut watch, laps)?;
         self.settle_trial();
-        let mut made_by = model;
-        let first = (&model_input, small_matte.as_slice());
-        if let Some(second) = self.second_opinion(subject, &original, first, &mut watch) {
-            (made_by, model_input, small_matte) = second;
+        let mut alone = first.clone();
+        if let Some(levels) = spec.levels {
+            apply_levels(&mut alone, levels);
         }
+        // A photo the person model takes is not worth the blend's views.
+        let asked = self.second_opinion(subject, &original, (&model_input, &alone), &mut watch);
+        let (made_by, small_matte) = match (asked, &spec.blend, subject) {
+            (Some((person, input, matte)), ..) => {
+                model_input = input;
+                (person.spec.name.clone(), matte)
+            }
+            (None, Some(blend), SubjectType::Auto) => {
+                let first = (&model_input, first.as_slice());
+                let (matte, made_by) = self.blend(model, blend, &original, first, &mut watch)?;
+                (made_by, matte)
+            }
+            (None, ..) => (spec.name.clone(), alone),
+        };
         let kept = if (out_w, out_h) == (w, h) {
             original
         } else {
@@ -275,7 +363,7 @@ impl Pipeline {
             png,
             width: out_w,
             height: out_h,
-            model: made_by.spec.name.clone(),
+            model: made_by,
             timings: watch.laps,
         })
     }
@@ -318,16 +406,17 @@ impl SparePixels {
     }
 }
 
-/// `model`'s input photo (the original scaled to the model's grid) and its
-/// matte on that grid; `laps` name the two steps in `watch`.
+/// `model`'s input photo (the original scaled to `input`'s grid) and its
+/// matte on that grid, before levels; `laps` name the two steps in `watch`.
 fn run_model(
     model: &Model,
+    input: InputSpec,
     original: &DynamicImage,
     watch: &mut Stopwatch,
     laps: [&'static str; 2],
 ) -> Result<(DynamicImage, Vec<u8>), ApiError> {
     let spec = &model.spec;
-    let place = placement(spec.input, original.width(), original.height());
+    let place = placement(input, original.width(), original.height());
     let (in_w, in_h) = place.input;
     let (image_w, image_h) = place.image_size();
     let model_input = imaging::resize_with(original, image_w, image_h, spec.input_filter);
@@ -341,15 +430,16 @@ fn run_model(
             InferError::Run(cause) => ApiError::Internal(cause),
         })?;
     watch.lap(laps[1]);
-    let matte = matte_from_output(&output, spec, place);
-    Ok((model_input, matte))
+    Ok((model_input, matte_from_output(&output, spec.output, place)))
 }
 
 /// Alpha from 0.05 to 0.95: neither subject nor background.
 const PARTIAL: std::ops::Range<u8> = 13..243;
 /// A matte more than this partial, over its subject, is asked about again.
 const ASK_WHEN_UNSURE_OVER: f64 = 0.1;
-/// The second matte must cover more than half of what the two cover.
+/// The second matte is kept where it is less than half as unsure...
+const KEEP_WHEN_UNSURE_UNDER: f64 = 0.5;
+/// ...and covers more than half of what the two cover.
 const AGREE_OVER: f64 = 0.5;
 
 /// How much of what a matte calls subject (alpha over 0.05) it is unsure
@@ -545,6 +635,82 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// Answers every run with `value`, or `square` on a square input.
+    struct Fill {
+        value: f32,
+        square: f32,
+    }
+
+    impl engine::Engine for Fill {
+        fn name(&self) -> &'static str {
+            "fill"
+        }
+
+        fn run(&self, _: Vec<f32>, width: u32, height: u32) -> anyhow::Result<Vec<f32>> {
+            let value = if width == height {
+                self.square
+            } else {
+                self.value
+            };
+            Ok(vec![value; (width * height) as usize])
+        }
+    }
+
+    #[test]
+    fn auto_blends_its_views_then_levels_them_and_general_runs_one() {
+        let manifest = crate::engine::Manifest::builtin();
+        let isnet = manifest.require(Some("isnet")).unwrap().clone();
+        let u2netp = manifest.require(Some("u2netp")).unwrap().clone();
+        let models = Models {
+            auto: isnet.clone(),
+            person: isnet.clone(),
+            general: isnet,
+            blended: vec![u2netp],
+        };
+        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        let ready = |i: usize, value: f32, square: f32| {
+            let engine = std::sync::Arc::new(Fill { value, square });
+            pipeline.models[i].inference.set(Readiness::Ready(engine));
+        };
+        // IS-Net: 0.4 at the photo's aspect, 1.0 squashed; U2NetP: 0.
+        ready(0, 0.4, 1.0);
+        ready(1, 0.0, 0.0);
+        let mut photo = Vec::new();
+        DynamicImage::ImageRgb8(image::RgbImage::new(400, 300))
+            .write_to(
+                &mut std::io::Cursor::new(&mut photo),
+                image::ImageFormat::Png,
+            )
+            .unwrap();
+        let cut_out = |subject| {
+            let place = pipeline.queue.join(photo.len() as u64).unwrap();
+            let cut = pipeline
+                .cut_out(place, &photo, SizeMode::Auto, subject)
+                .unwrap();
+            let alpha = image::load_from_memory(&cut.png).unwrap().to_rgba8();
+            let laps: Vec<_> = cut.timings.iter().map(|(name, _)| *name).collect();
+            (cut.model, alpha.get_pixel(200, 150).0[3], laps)
+        };
+        let (model, alpha, laps) = cut_out(SubjectType::Auto);
+        assert_eq!(model, "isnet+u2netp");
+        // (0.4 + 1.0 + 0) / 3 = 0.467, levelled by [0.3, 0.6].
+        assert!(alpha.abs_diff(142) <= 1, "{alpha}");
+        let blend_laps = laps.iter().filter(|l| l.starts_with("blend-")).count();
+        assert_eq!(blend_laps, 2, "both other views add to one pair: {laps:?}");
+        let (model, alpha, laps) = cut_out(SubjectType::General);
+        assert_eq!(model, "isnet");
+        // 0.4 alone, levelled by IS-Net's own [0.1, 0.7].
+        assert!(alpha.abs_diff(128) <= 1, "{alpha}");
+        assert_eq!(laps, ["queue", "decode", "prepare", "model", "compose"]);
+
+        // U2NetP failed to load: IS-Net's two views alone, (0.4 + 1.0) / 2.
+        let failed = Readiness::Failed("no file".into());
+        pipeline.models[1].inference.set(failed);
+        let (model, alpha, _) = cut_out(SubjectType::Auto);
+        assert_eq!(model, "isnet");
+        assert_eq!(alpha, 255);
     }
 
     #[test]

@@ -68,14 +68,30 @@ pub struct ModelSpec {
     #[serde(default)]
     pub int8: bool,
     /// `type=auto` asks the `person` model too where this one is unsure of
-    /// the subject, and keeps its matte where it is surer and agrees on
+    /// the subject, and keeps its matte where it is far surer and agrees on
     /// most of the subject (BENCHMARKS.md, "A second opinion").
     #[serde(default)]
     pub second_opinion: bool,
+    /// `type=auto`'s matte on this model: several views of the photo,
+    /// averaged (BENCHMARKS.md, "Views of one photo").
+    #[serde(default)]
+    pub blend: Option<Blend>,
     /// The model this one is a faster form of: a `type` that picks that
     /// model picks this one instead when it is the configured model.
     #[serde(default)]
     pub variant_of: Option<String>,
+}
+
+/// The mean of this model's matte at its `input` and at each of `inputs`,
+/// and of each of `models`' mattes at their own input, all before levels;
+/// then `levels` as a model's own.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Blend {
+    #[serde(default)]
+    pub inputs: Vec<InputSpec>,
+    #[serde(default)]
+    pub models: Vec<String>,
+    pub levels: [f32; 2],
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -169,10 +185,14 @@ impl Manifest {
             _ if name == self.general && !general_fits => Ok(auto),
             _ => self.require(Some(name)),
         };
+        let blended = auto.blend.iter().flat_map(|b| &b.models);
         Ok(crate::pipeline::Models {
             auto: auto.clone(),
             person: pick(&self.person)?.clone(),
             general: pick(&self.general)?.clone(),
+            blended: blended
+                .map(|name| self.require(Some(name)).cloned())
+                .collect::<anyhow::Result<_>>()?,
         })
     }
 
@@ -197,11 +217,14 @@ mod tests {
         );
         assert_eq!(m.model(None).unwrap().input_filter, Filter::CatmullRom);
         let models = m.models_for(Some("u2netp"), true).unwrap();
+        assert!(models.blended.is_empty(), "U2NetP runs alone");
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["u2netp", "modnet", "isnet"]
         );
         let models = m.models_for(Some("isnet-int8"), true).unwrap();
+        let blended: Vec<_> = models.blended.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(blended, ["u2netp"], "IS-Net's views average in U2NetP's");
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["isnet-int8", "modnet", "isnet-int8"]

@@ -11,7 +11,7 @@ mod tract;
 mod trial;
 
 pub use crate::config::EngineKind;
-pub use manifest::{InputSpec, Manifest, ModelSpec, OutputKind, RuntimeSpec};
+pub use manifest::{Blend, InputSpec, Manifest, ModelSpec, OutputKind, RuntimeSpec};
 pub use onnxruntime::OnnxRuntimeEngine;
 pub use pool::{InferError, Inference, Readiness};
 pub use tract::TractEngine;

@@ -1,6 +1,6 @@
 //! Pure functions between pixels and tensors, tested without a model.
 
-use super::manifest::{InputSpec, ModelSpec, Normalise, OutputKind, Scale};
+use super::manifest::{InputSpec, Normalise, OutputKind, Scale};
 use image::DynamicImage;
 use rayon::prelude::*;
 
@@ -148,19 +148,27 @@ fn planes_of(tensor: &mut [f32], plane: usize) -> [&mut [f32]; 3] {
 }
 
 /// The model's first output as a one-byte-a-pixel matte of the image's
-/// part of the input.
-pub fn matte_from_output(values: &[f32], spec: &ModelSpec, place: Placement) -> Vec<u8> {
+/// part of the input, before levels.
+pub fn matte_from_output(values: &[f32], output: OutputKind, place: Placement) -> Vec<u8> {
     let (x0, y0, w, h) = place.image;
     let row = place.input.0 as usize;
     let rows = (y0 as usize..(y0 + h) as usize)
         .flat_map(|y| &values[y * row + x0 as usize..y * row + (x0 + w) as usize]);
-    let range = output_range(values, spec.output);
-    let [low, high] = spec.levels.unwrap_or([0.0, 1.0]);
-    rows.map(|&v| {
-        let alpha = range.unit(v);
+    let range = output_range(values, output);
+    rows.map(|&v| (range.unit(v) * 255.0).round() as u8)
+        .collect()
+}
+
+/// `matte` with alpha at or below `low` made 0, at or above `high` 1, and
+/// stretched linearly between.
+pub fn apply_levels(matte: &mut [u8], [low, high]: [f32; 2]) {
+    let table: [u8; 256] = std::array::from_fn(|a| {
+        let alpha = a as f32 / 255.0;
         (((alpha - low) / (high - low)).clamp(0.0, 1.0) * 255.0).round() as u8
-    })
-    .collect()
+    });
+    for a in matte {
+        *a = table[usize::from(*a)];
+    }
 }
 
 /// What the model's raw values map onto alpha 0 and 1.
@@ -193,7 +201,6 @@ pub fn output_range(values: &[f32], kind: OutputKind) -> OutputRange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Manifest;
 
     #[test]
     fn aspect_inputs_scale_the_short_side_unless_the_image_straddles_it() {
@@ -310,35 +317,35 @@ mod tests {
     }
 
     #[test]
-    fn outputs_become_bytes_clamped_stretched_levelled_and_cropped() {
-        let mut spec = Manifest::builtin().require(None).unwrap().clone();
-        spec.levels = None;
-        spec.output = OutputKind::Unit;
+    fn outputs_become_bytes_clamped_stretched_and_cropped() {
         let row = |n| Placement::whole(n, 1);
         assert_eq!(
-            matte_from_output(&[-0.2, 0.0, 0.5, 1.0, 1.3], &spec, row(5)),
+            matte_from_output(&[-0.2, 0.0, 0.5, 1.0, 1.3], OutputKind::Unit, row(5)),
             [0, 0, 128, 255, 255]
         );
-        spec.levels = Some([0.1, 0.7]);
         assert_eq!(
-            matte_from_output(&[0.1, 0.4, 0.7, 0.05, 0.9], &spec, row(5)),
-            [0, 128, 255, 0, 255]
-        );
-        spec.levels = None;
-        spec.output = OutputKind::Minmax;
-        assert_eq!(
-            matte_from_output(&[1.0, 2.0, 3.0], &spec, row(3)),
+            matte_from_output(&[1.0, 2.0, 3.0], OutputKind::Minmax, row(3)),
             [0, 128, 255]
         );
-        assert_eq!(matte_from_output(&[0.3, 0.3], &spec, row(2)), [0, 0]);
+        assert_eq!(
+            matte_from_output(&[0.3, 0.3], OutputKind::Minmax, row(2)),
+            [0, 0]
+        );
         let boxed = Placement {
             input: (3, 2),
             image: (1, 1, 2, 1),
         };
         assert_eq!(
-            matte_from_output(&[9.0, 9.0, 9.0, 9.0, 1.0, 3.0], &spec, boxed),
+            matte_from_output(&[9.0, 9.0, 9.0, 9.0, 1.0, 3.0], OutputKind::Minmax, boxed),
             [0, 64],
             "the image's part, stretched by the whole output's range"
         );
+    }
+
+    #[test]
+    fn levels_clear_the_low_fill_the_high_and_stretch_between() {
+        let mut matte = [0, 25, 102, 179, 230, 255];
+        apply_levels(&mut matte, [0.1, 0.7]);
+        assert_eq!(matte, [0, 0, 128, 255, 255, 255]);
     }
 }

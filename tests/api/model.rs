@@ -122,7 +122,8 @@ fn tract_refuses_the_int8_isnet_and_says_which_engine_runs_it() {
 
 /// `type=auto` on IS-Net asks MODNet where IS-Net is unsure of its subject
 /// (`second_opinion` in the manifest), and keeps MODNet's matte only where
-/// MODNet is surer and the two agree on most of the subject. Alphamatting
+/// MODNet is far surer and the two agree on most of the subject; otherwise
+/// IS-Net's views and U2NetP's make the matte. Alphamatting
 /// photos: GT01 IS-Net is sure of; GT23, a teddy whose dark knitted jumper
 /// IS-Net half loses; GT26, where MODNet takes another subject.
 #[test]
@@ -162,7 +163,7 @@ fn isnet_asks_modnet_where_unsure_and_keeps_a_surer_matte_of_the_same_subject() 
     let (auto, said) = cut_out("auto");
     let sure = line(&said, "GT01");
     assert!(
-        sure.contains("with isnet") && !sure.contains("second-model"),
+        sure.contains("with isnet+u2netp") && !sure.contains("second-model"),
         "{sure}"
     );
     let kept = line(&said, "GT23");
@@ -172,7 +173,7 @@ fn isnet_asks_modnet_where_unsure_and_keeps_a_surer_matte_of_the_same_subject() 
     );
     let elsewhere = line(&said, "GT26");
     assert!(
-        elsewhere.contains("with isnet") && elsewhere.contains("second-model"),
+        elsewhere.contains("with isnet+u2netp") && elsewhere.contains("second-model"),
         "{elsewhere}"
     );
 
@@ -193,5 +194,47 @@ fn isnet_asks_modnet_where_unsure_and_keeps_a_surer_matte_of_the_same_subject() 
     assert!(
         asked < alone / 2.0,
         "MAE: IS-Net alone {alone:.4}, asked {asked:.4}"
+    );
+}
+
+/// `type=auto` on IS-Net averages three views (`blend` in the manifest):
+/// on this Berkeley photo, a wide one, IS-Net alone at the photo's aspect
+/// takes in a second subject that the squashed view and U2NetP leave out.
+#[test]
+fn the_blend_of_views_cuts_out_what_isnet_alone_gets_wrong() {
+    let set = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/eval/dev/berkeley");
+    let truth = image::open(set.join("gt/299091.png")).unwrap().to_luma8();
+    let dir = tempfile::tempdir().unwrap();
+    let error = |subject: &str| {
+        let output = dir.path().join(format!("{subject}.png"));
+        let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+            .args(["--models-dir".as_ref(), models_dir().as_os_str()])
+            .arg("remove")
+            .args([set.join("images/299091.jpg"), output.clone()])
+            .args(["--model", "isnet", "--engine", "onnxruntime"])
+            .args(["--type", subject])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let cut = image::open(output).unwrap().to_rgba8();
+        let sum: u64 = cut
+            .pixels()
+            .zip(truth.pixels())
+            .map(|(o, t)| u64::from(o.0[3].abs_diff(t.0[0])))
+            .sum();
+        (
+            sum as f64 / (255.0 * f64::from(truth.width() * truth.height())),
+            stderr,
+        )
+    };
+    let (alone, said) = error("general");
+    assert!(said.contains("with isnet on"), "{said}");
+    let (blended, said) = error("auto");
+    assert!(said.contains("with isnet+u2netp on"), "{said}");
+    assert!(said.contains("blend-model"), "{said}");
+    assert!(
+        alone > 0.1 && blended < 0.02,
+        "MAE: IS-Net alone {alone:.4}, blended {blended:.4}"
     );
 }
