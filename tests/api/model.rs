@@ -3,8 +3,23 @@
 
 use crate::helpers::*;
 use image::{GrayImage, RgbaImage};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// `cutout remove` on the test models with `args` (inputs, output,
+/// options); its stderr, once it succeeded.
+fn remove<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .args(["--models-dir".as_ref(), models_dir().as_os_str()])
+        .arg("remove")
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
 
 fn grabcut() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/eval/dev/grabcut")
@@ -60,17 +75,12 @@ fn the_int8_isnet_cuts_out_as_the_f32_one_does() {
     let dir = tempfile::tempdir().unwrap();
     let cut_out = |model: &str| {
         let output = dir.path().join(format!("{model}.png"));
-        let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
-            .args(["--models-dir".as_ref(), models_dir().as_os_str()])
-            .arg("remove")
-            .args([set.join("images/106024.jpg"), output.clone()])
-            .args(["--model", model, "--engine", "onnxruntime"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let photo = set.join("images/106024.jpg");
+        let options = ["--model", model, "--engine", "onnxruntime"];
+        remove(
+            [photo.as_os_str(), output.as_os_str()]
+                .into_iter()
+                .chain(options.map(OsStr::new)),
         );
         image::open(output).unwrap().to_rgba8()
     };
@@ -133,23 +143,17 @@ fn isnet_asks_modnet_where_unsure_and_keeps_a_surer_matte_of_the_same_subject() 
     let cut_out = |subject: &str| {
         let output = dir.path().join(subject);
         std::fs::create_dir(&output).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
-            .args(["--models-dir".as_ref(), models_dir().as_os_str()])
-            .arg("remove")
-            .args(["GT01", "GT23", "GT26"].map(|n| set.join(format!("images/{n}.png"))))
-            .arg(&output)
-            .args([
-                "--model",
-                "isnet",
-                "--engine",
-                "onnxruntime",
-                "--type",
-                subject,
-            ])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "{stderr}");
+        let photos = ["GT01", "GT23", "GT26"].map(|n| set.join(format!("images/{n}.png")));
+        let options = [
+            "--model",
+            "isnet",
+            "--engine",
+            "onnxruntime",
+            "--type",
+            subject,
+        ];
+        let paths = photos.iter().chain([&output]).map(|p| p.as_os_str());
+        let stderr = remove(paths.chain(options.map(OsStr::new)));
         (output, stderr)
     };
     let line = |stderr: &str, photo: &str| -> String {
@@ -207,16 +211,17 @@ fn the_blend_of_views_cuts_out_what_isnet_alone_gets_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let error = |subject: &str| {
         let output = dir.path().join(format!("{subject}.png"));
-        let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
-            .args(["--models-dir".as_ref(), models_dir().as_os_str()])
-            .arg("remove")
-            .args([set.join("images/299091.jpg"), output.clone()])
-            .args(["--model", "isnet", "--engine", "onnxruntime"])
-            .args(["--type", subject])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "{stderr}");
+        let photo = set.join("images/299091.jpg");
+        let options = [
+            "--model",
+            "isnet",
+            "--engine",
+            "onnxruntime",
+            "--type",
+            subject,
+        ];
+        let paths = [photo.as_os_str(), output.as_os_str()];
+        let stderr = remove(paths.into_iter().chain(options.map(OsStr::new)));
         let cut = image::open(output).unwrap().to_rgba8();
         let sum: u64 = cut
             .pixels()
