@@ -329,9 +329,16 @@ impl Pipeline {
 
         let spec = &model.spec;
         let laps = ["prepare", "model"];
-        let (mut model_input, first) = run_model(model, spec.input, &original, &mut watch, laps)?;
+        let (mut model_input, mut first) =
+            run_model(model, spec.input, &original, &mut watch, laps)?;
         self.settle_trial();
-        let mut alone = first.clone();
+        // The raw matte is kept only for a blend; otherwise it is levelled in place.
+        let blends = subject == SubjectType::Auto && spec.blend.is_some();
+        let mut alone = if blends {
+            first.clone()
+        } else {
+            std::mem::take(&mut first)
+        };
         if let Some(levels) = spec.levels {
             apply_levels(&mut alone, levels);
         }
