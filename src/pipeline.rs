@@ -81,6 +81,7 @@ impl Models {
     pub fn one(mut spec: ModelSpec) -> Models {
         spec.blend = None;
         spec.second_opinion = false;
+        spec.smallest_part = None;
         Models {
             auto: spec.clone(),
             person: spec.clone(),
@@ -344,7 +345,7 @@ impl Pipeline {
         }
         // A photo the person model takes is not worth the blend's views.
         let asked = self.second_opinion(subject, &original, (&model_input, &alone), &mut watch);
-        let (made_by, small_matte) = match (asked, &spec.blend, subject) {
+        let (made_by, mut small_matte) = match (asked, &spec.blend, subject) {
             (Some((person, input, matte)), ..) => {
                 model_input = input;
                 (person.spec.name.clone(), matte)
@@ -356,6 +357,9 @@ impl Pipeline {
             }
             (None, ..) => (spec.name.clone(), alone),
         };
+        if let (Some(smallest), SubjectType::Auto) = (spec.smallest_part, subject) {
+            imaging::keep_main_parts(&mut small_matte, model_input.width() as usize, smallest);
+        }
         let kept = if (out_w, out_h) == (w, h) {
             original
         } else {
@@ -718,6 +722,66 @@ mod tests {
         let (model, alpha, _) = cut_out(SubjectType::Auto);
         assert_eq!(model, "isnet");
         assert_eq!(alpha, 255);
+    }
+
+    /// Sure of the left half of any input and of its bottom-right corner
+    /// (a hundredth of it).
+    struct HalfAndCorner;
+
+    impl engine::Engine for HalfAndCorner {
+        fn name(&self) -> &'static str {
+            "half-and-corner"
+        }
+
+        fn run(&self, _: Vec<f32>, width: u32, height: u32) -> anyhow::Result<Vec<f32>> {
+            let sure =
+                |x: u32, y: u32| x < width / 2 || (x >= width * 9 / 10 && y >= height * 9 / 10);
+            let matte = (0..height).flat_map(|y| (0..width).map(move |x| sure(x, y)));
+            Ok(matte.map(|s| if s { 1.0 } else { 0.0 }).collect())
+        }
+    }
+
+    #[test]
+    fn auto_drops_the_parts_far_smaller_than_its_subject_and_general_keeps_them() {
+        let manifest = crate::engine::Manifest::builtin();
+        let isnet = manifest.require(Some("isnet")).unwrap().clone();
+        let u2netp = manifest.require(Some("u2netp")).unwrap().clone();
+        assert_eq!(isnet.smallest_part, Some(0.2));
+        let models = Models {
+            auto: isnet.clone(),
+            person: isnet.clone(),
+            general: isnet,
+            blended: vec![u2netp],
+        };
+        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        for model in &pipeline.models {
+            model
+                .inference
+                .set(Readiness::Ready(std::sync::Arc::new(HalfAndCorner)));
+        }
+        let mut photo = Vec::new();
+        DynamicImage::ImageRgb8(image::RgbImage::new(400, 300))
+            .write_to(
+                &mut std::io::Cursor::new(&mut photo),
+                image::ImageFormat::Png,
+            )
+            .unwrap();
+        let alpha = |subject, (x, y)| {
+            let place = pipeline.queue.join(photo.len() as u64).unwrap();
+            let cut = pipeline
+                .cut_out(place, &photo, SizeMode::Auto, subject)
+                .unwrap();
+            image::load_from_memory(&cut.png)
+                .unwrap()
+                .to_rgba8()
+                .get_pixel(x, y)
+                .0[3]
+        };
+        let (half, corner) = ((100, 150), (390, 290));
+        assert_eq!(alpha(SubjectType::Auto, half), 255);
+        assert_eq!(alpha(SubjectType::Auto, corner), 0);
+        assert_eq!(alpha(SubjectType::General, half), 255);
+        assert_eq!(alpha(SubjectType::General, corner), 255);
     }
 
     #[test]

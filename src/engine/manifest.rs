@@ -76,6 +76,11 @@ pub struct ModelSpec {
     /// averaged (BENCHMARKS.md, "Views of one photo").
     #[serde(default)]
     pub blend: Option<Blend>,
+    /// `type=auto` keeps only the parts of its matte whose sure area is at
+    /// least this times the largest part's (BENCHMARKS.md, "Parts of a
+    /// matte").
+    #[serde(default)]
+    pub smallest_part: Option<f32>,
     /// The model this one is a faster form of: a `type` that picks that
     /// model picks this one instead when it is the configured model.
     #[serde(default)]

@@ -6,12 +6,14 @@ mod decode;
 mod edges;
 mod foreground;
 mod geometry;
+mod parts;
 mod planes;
 mod png;
 mod resize;
 
 pub use decode::{decode, decode_reusing, format_of, DecodeError};
 pub use geometry::{fit_within, output_size, GeometryError};
+pub use parts::keep_main_parts;
 pub use png::encode_png;
 pub use resize::{resize, resize_gray, resize_with, Filter};
 
