@@ -21,8 +21,8 @@
 //! tests are ignored by a plain `cargo test` and `make test-board` runs
 //! them.
 
-#[path = "api/helpers.rs"]
-#[allow(dead_code)]
+#[path = "api/helpers/mod.rs"]
+#[allow(dead_code, unused_imports)]
 mod helpers;
 
 use helpers::{cli_account, raw_request, read_reply, Multipart, Reply};

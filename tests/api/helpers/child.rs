@@ -1,0 +1,150 @@
+//! The `cutout` binary as a child process, and its command line.
+
+use super::models_dir;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The `cutout` binary serving U2NetP on a free port of 127.0.0.1, with
+/// its log (stderr) in a file: what systemd runs, so a test can measure its
+/// memory, read its log or kill it.
+pub struct Server {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+    /// Outside the data directory, which a test may fill or make read-only.
+    pub log: std::path::PathBuf,
+    _log_dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Serves `data` with `RUST_LOG=rust_log`; `extra` are more `serve` options.
+    pub fn start(data: &std::path::Path, rust_log: &str, extra: &[&str]) -> Server {
+        Server::start_with(data, &models_dir(), rust_log, extra, &[])
+    }
+
+    /// `start` with another models directory and more environment.
+    pub fn start_with(
+        data: &std::path::Path,
+        models: &std::path::Path,
+        rust_log: &str,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Server {
+        let command = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"));
+        Server::spawn(command, data, models, rust_log, extra, env)
+    }
+
+    /// `start` under a limit of `files` open files, as a unit's
+    /// `LimitNOFILE` sets it.
+    pub fn start_with_open_files(data: &std::path::Path, rust_log: &str, files: u32) -> Server {
+        let mut command = std::process::Command::new("sh");
+        command.args([
+            "-c",
+            &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
+            env!("CARGO_BIN_EXE_cutout"),
+        ]);
+        Server::spawn(command, data, &models_dir(), rust_log, &[], &[])
+    }
+
+    fn spawn(
+        mut command: std::process::Command,
+        data: &std::path::Path,
+        models: &std::path::Path,
+        rust_log: &str,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Server {
+        use std::os::unix::net::UnixDatagram;
+        std::fs::create_dir_all(data).unwrap();
+        let socket = data.join("notify");
+        let _ = std::fs::remove_file(&socket);
+        let notify = UnixDatagram::bind(&socket).unwrap();
+        notify
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let log_dir = tempfile::tempdir().unwrap();
+        let log = log_dir.path().join("cutout.log");
+        let child = command
+            .arg("--data-dir")
+            .arg(data)
+            .arg("--models-dir")
+            .arg(models)
+            .args(["serve", "--listen", "127.0.0.1:0", "--model", "u2netp"])
+            .args(extra)
+            .env("NOTIFY_SOCKET", &socket)
+            .env("CUTOUT_MDNS_ENABLED", "false")
+            .env("RUST_LOG", rust_log)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
+            .spawn()
+            .unwrap();
+        // READY comes with "serving model … on ADDR" or "degraded: … on ADDR".
+        let mut buf = [0u8; 512];
+        let addr = loop {
+            let n = notify.recv(&mut buf).expect("READY within two minutes");
+            let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if message.starts_with("READY=1\n") {
+                let (_, addr) = message.rsplit_once(" on ").expect("an address");
+                break addr.trim().parse().unwrap();
+            }
+        };
+        Server {
+            child,
+            addr,
+            log,
+            _log_dir: log_dir,
+        }
+    }
+
+    /// The resident set now, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.child.id()).expect("the server is running")
+    }
+
+    pub fn kill_9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The resident set of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Runs the `cutout` command line on `data`; returns its stdout.
+pub fn cutout_cli(data: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cutout {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A new account on `plan` with one key, made with the command line.
+pub fn cli_account(data: &std::path::Path, name: &str, plan: &str) -> String {
+    cutout_cli(data, &["account", "create", name, "--plan", plan]);
+    let out = cutout_cli(data, &["key", "create", name]);
+    out.lines().last().unwrap().trim().to_owned()
+}
