@@ -9,7 +9,8 @@
 //! about 870,000 fresh pages a run, each faulted in (about 1.6 µs a page
 //! here), and a run frees and asks again for the same few sizes over and
 //! over. Kept while a run lasts, they are reused instead; handed back when
-//! it ends, so nothing is held between requests (BENCHMARKS.md). Each
+//! it ends, so nothing is held between requests
+//! (BENCHMARKS.md, "Large blocks kept during a run"). Each
 //! large mapping also asks for transparent huge pages, so the pages a run
 //! does fault in come 512 at a time.
 
@@ -144,8 +145,8 @@ fn map(length: usize) -> *mut u8 {
     // `always`): the block's pages are then faulted in 2 MiB at a time, not
     // 4 KiB, and every fault costs about as much. A tract run of U2NetP
     // took 10,000 faults instead of 60,000 and was 18% shorter
-    // (BENCHMARKS.md). Only a hint: where the kernel has none it fails,
-    // and 4 KiB pages serve.
+    // (BENCHMARKS.md, "Huge pages for large blocks"). Only a hint: where
+    // the kernel has none it fails, and 4 KiB pages serve.
     // SAFETY: advice about a mapping just made and ours alone; it changes
     // no contents.
     unsafe { libc::madvise(address, length, libc::MADV_HUGEPAGE) };

@@ -331,7 +331,7 @@ impl Settings {
         let queue_capacity = server.queue_capacity.unwrap_or(64);
         let inference_workers = server.inference_workers.unwrap_or(1);
         // 16 uploads of the largest size: with IS-Net on tract, 50 of them at
-        // once peak under 1.5 GiB (BENCHMARKS.md).
+        // once peak under 1.5 GiB (BENCHMARKS.md, "Upload buffer").
         let upload_buffer_mib = server
             .upload_buffer_mib
             .unwrap_or(DEFAULT_UPLOAD_BUFFER_MIB);

@@ -177,7 +177,7 @@ static ALLOCATOR: cutout::allocator::Allocator = cutout::allocator::Allocator;
 /// with the process. A fixed 1 MiB threshold keeps every such buffer in its
 /// own mapping, handed back on free: with IS-Net on onnxruntime, idle RSS went
 /// from 942 to 689 MiB and the peak under 50 uploads from 1857 to 987 MiB
-/// (BENCHMARKS.md). The arenas keep up to 32 MiB free before handing
+/// (BENCHMARKS.md, "glibc's mmap threshold"). The arenas keep up to 32 MiB free before handing
 /// memory back (128 KiB by default): a 12 MP cut-out is made in bands whose
 /// buffers, under 1 MiB each, were faulted in afresh band after band, and
 /// its compose took 10,000 page faults, now 2,800.

@@ -13,15 +13,16 @@
 //!   (NCHWc) and keeps an upsample in that layout only with `half_pixel`;
 //!   otherwise each one converts the layout out and back. U2NetP (exported
 //!   by PyTorch) has 38 of them: its run takes 12% less time
-//!   (BENCHMARKS.md). The two modes differ only where a side shrinks to one
-//!   pixel, which no upsample does; the engines test compares every model.
+//!   (BENCHMARKS.md, "ONNX Runtime's layout"). The two modes differ only
+//!   where a side shrinks to one pixel, which no upsample does; the
+//!   engines test compares every model.
 //! - A convolution over a concatenation of channels whose parts are not
 //!   whole blocks runs as one convolution a part, summed: `W * [a, b] =
 //!   W_a * a + W_b * b`. Such a concatenation cannot stay in blocks, so
 //!   ONNX Runtime ran the convolution in plain layout: MODNet joins its
 //!   features with the 3 channels of the photo three times, and the one at
 //!   full size took 19 of its 160 ms. Split, its run takes 6% less time
-//!   (BENCHMARKS.md). The channels of each part are worked out from the
+//!   (BENCHMARKS.md, "ONNX Runtime's layout"). The channels of each part are worked out from the
 //!   weights and the declared input, through the operators that keep or
 //!   join channels; where they cannot be, nothing is split.
 //! - A model run at another size than its file declares (IS-Net at the

@@ -38,7 +38,7 @@ impl OnnxRuntimeEngine {
             .with_intra_op_spinning(false)
             .map_err(|e| anyhow!("{e}"))?
             // Planning memory ahead made IS-Net's peak 2.2 GB instead of
-            // 1.35 GB here, and was no faster (BENCHMARKS.md).
+            // 1.35 GB here, and was no faster (BENCHMARKS.md, "ONNX Runtime's settings").
             .with_memory_pattern(false)
             .map_err(|e| anyhow!("{e}"))?
             .commit_from_memory(&graph)

@@ -20,7 +20,7 @@ const NARROW_RADIUS: usize = 6;
 const RADII_FOR: usize = 1000;
 /// The small copy's size. `make eval`'s colour error on partial pixels:
 /// 0.0877 at 16,384 pixels, 0.0875 at 65,536 (four times the time: 7 of
-/// a 0.3 MP photo's 160 ms), the same at 262,144 (BENCHMARKS.md).
+/// a 0.3 MP photo's 160 ms), the same at 262,144 (BENCHMARKS.md, "Foreground colour").
 const MEANS_PIXELS: u64 = 1 << 14;
 
 /// The local foreground and background colours, on a small copy, that

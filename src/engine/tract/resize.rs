@@ -1,7 +1,7 @@
 //! tract's Resize, run a whole plane at a time. tract resamples one axis
 //! after the other into fresh zeroed buffers, along the last axis one output
 //! value at a time, on one core: on U2NetP and MODNet that was a fifth of a
-//! tract run, on IS-Net an eighth (BENCHMARKS.md). `PlannedResize` keeps
+//! tract run, on IS-Net an eighth (BENCHMARKS.md, "tract"). `PlannedResize` keeps
 //! tract's own plan, the same taps and weights summed in the same order, so
 //! its values are tract's to the bit, and runs it on tract's threads.
 
