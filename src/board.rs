@@ -5,7 +5,7 @@
 //! measurements behind each threshold are in README.md ("Choosing a model
 //! for your board").
 
-use crate::config::{Config, EngineKind, ServerConfig};
+use crate::engine::EngineKind;
 use std::path::Path;
 
 /// What the defaults are chosen from.
@@ -148,19 +148,6 @@ impl BoardDefaults {
     /// What the log and the Status page say of the choice.
     pub fn summary(&self) -> String {
         format!("{} on {} ({})", self.model, self.engine, self.why)
-    }
-
-    /// The defaults as a configuration layer, to go under the others.
-    pub fn as_config(&self) -> Config {
-        Config {
-            model: Some(self.model.to_owned()),
-            engine: Some(self.engine),
-            server: ServerConfig {
-                upload_buffer_mib: self.upload_buffer_mib,
-                ..ServerConfig::default()
-            },
-            ..Config::default()
-        }
     }
 }
 
@@ -324,24 +311,6 @@ mod tests {
             pick(board(4096, true), &tract_only),
             ("isnet", EngineKind::Tract, None, true)
         );
-    }
-
-    #[test]
-    fn the_defaults_go_under_every_other_layer() {
-        let defaults = board(512, false).defaults(&EVERYTHING);
-        let file = Config::parse_str("model = \"modnet\"\n").unwrap();
-        let settings =
-            crate::config::Settings::from_config(file.over(defaults.as_config())).unwrap();
-        assert_eq!(settings.model.as_deref(), Some("modnet"));
-        assert_eq!(settings.engine.kind, EngineKind::Tract);
-        assert_eq!(settings.upload_buffer, SMALL_UPLOAD_BUFFER_MIB * MIB);
-        let file = Config::parse_str("engine = \"onnxruntime\"\n[server]\nupload_buffer_mib = 8\n")
-            .unwrap();
-        let settings =
-            crate::config::Settings::from_config(file.over(defaults.as_config())).unwrap();
-        assert_eq!(settings.model.as_deref(), Some("u2netp"));
-        assert_eq!(settings.engine.kind, EngineKind::Onnxruntime);
-        assert_eq!(settings.upload_buffer, 8 * MIB);
     }
 
     #[test]

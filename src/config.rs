@@ -10,7 +10,7 @@
 use crate::board::{Board, BoardDefaults};
 use crate::clock::Clock;
 use crate::discovery::MdnsConfig;
-use crate::engine::EngineChoice;
+use crate::engine::{EngineChoice, EngineKind};
 use crate::led::LedConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -127,36 +127,6 @@ pub struct TlsConfig {
 #[serde(deny_unknown_fields)]
 pub struct DashboardConfig {
     pub allowed_hosts: Option<Vec<String>>,
-}
-
-/// The library that runs the models. tract is compiled in; ONNX Runtime is
-/// faster but needs its library (`make onnxruntime`).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineKind {
-    #[default]
-    Tract,
-    Onnxruntime,
-}
-
-impl std::fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(match self {
-            EngineKind::Tract => "tract",
-            EngineKind::Onnxruntime => "onnxruntime",
-        })
-    }
-}
-
-impl std::str::FromStr for EngineKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<EngineKind, String> {
-        match s {
-            "tract" => Ok(EngineKind::Tract),
-            "onnxruntime" => Ok(EngineKind::Onnxruntime),
-            _ => Err(format!("{s:?} is not an engine (tract, onnxruntime)")),
-        }
-    }
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -418,9 +388,53 @@ impl Settings {
     }
 }
 
+impl BoardDefaults {
+    /// The defaults as a configuration layer, to go under the others.
+    pub fn as_config(&self) -> Config {
+        Config {
+            model: Some(self.model.to_owned()),
+            engine: Some(self.engine),
+            server: ServerConfig {
+                upload_buffer_mib: self.upload_buffer_mib,
+                ..ServerConfig::default()
+            },
+            ..Config::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_defaults_go_under_every_other_layer() {
+        let small = Board {
+            name: "test".into(),
+            memory: 512 << 20,
+            cores: 4,
+            int8_dot_product: false,
+        };
+        let everything = crate::board::Installed {
+            onnxruntime: true,
+            isnet_int8: true,
+        };
+        let defaults = small.defaults(&everything);
+        let file = Config::parse_str("model = \"modnet\"\n").unwrap();
+        let settings = Settings::from_config(file.over(defaults.as_config())).unwrap();
+        assert_eq!(settings.model.as_deref(), Some("modnet"));
+        assert_eq!(settings.engine.kind, EngineKind::Tract);
+        assert_eq!(
+            settings.upload_buffer,
+            crate::board::SMALL_UPLOAD_BUFFER_MIB << 20
+        );
+        let file = Config::parse_str("engine = \"onnxruntime\"\n[server]\nupload_buffer_mib = 8\n")
+            .unwrap();
+        let settings = Settings::from_config(file.over(defaults.as_config())).unwrap();
+        assert_eq!(settings.model.as_deref(), Some("u2netp"));
+        assert_eq!(settings.engine.kind, EngineKind::Onnxruntime);
+        assert_eq!(settings.upload_buffer, 8 << 20);
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let vars = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()));

@@ -1,5 +1,6 @@
-//! cutout: a background-removal appliance. `App` serves the API; the
-//! modules below it know nothing of HTTP (see each file's header).
+//! cutout: a background-removal appliance. `app::AppState` is the
+//! appliance, `App` serves it over HTTP; the modules below know nothing of
+//! HTTP (docs/architecture.md; each file's header).
 #![deny(unsafe_code)]
 
 // `unsafe` is here, as an allocator cannot be written without it, and in
@@ -8,6 +9,7 @@
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod allocator;
+pub mod app;
 pub mod bench;
 pub mod board;
 
@@ -24,9 +26,11 @@ pub mod led;
 pub mod limits;
 pub mod pipeline;
 pub mod secrets;
+pub mod serve;
 pub mod stats;
 pub mod store;
 pub mod systemd;
 pub mod tls;
 
-pub use http::{App, EngineSource, ShutdownHandle};
+pub use app::EngineSource;
+pub use http::{App, ShutdownHandle};

@@ -4,6 +4,7 @@
 
 use crate::domain::{SizeMode, SubjectType};
 use crate::engine::preprocess::{apply_levels, matte_from_output, placement, to_tensor};
+pub use crate::engine::Models;
 use crate::engine::{
     self, Blend, EngineChoice, EngineKind, InferError, Inference, InputSpec, ModelSpec,
     OnnxRuntimeTrial, Readiness,
@@ -65,30 +66,6 @@ pub struct Loader {
     pub engine: EngineChoice,
     /// Set where a crash inside ONNX Runtime must not become a crash loop.
     pub trial: Option<OnnxRuntimeTrial>,
-}
-
-/// The models a request's `type` can pick.
-pub struct Models {
-    pub auto: ModelSpec,
-    pub person: ModelSpec,
-    pub general: ModelSpec,
-    /// The other models `auto`'s blend averages in.
-    pub blended: Vec<ModelSpec>,
-}
-
-impl Models {
-    /// One model for every type, alone: no blend, no second opinion.
-    pub fn one(mut spec: ModelSpec) -> Models {
-        spec.blend = None;
-        spec.second_opinion = false;
-        spec.smallest_part = None;
-        Models {
-            auto: spec.clone(),
-            person: spec.clone(),
-            general: spec,
-            blended: Vec::new(),
-        }
-    }
 }
 
 pub struct Pipeline {
@@ -304,17 +281,17 @@ impl Pipeline {
         (far_surer && agree > AGREE_OVER).then_some((person, input, matte))
     }
 
-    /// Cuts out `bytes`, read while holding `place`, with `subject`'s model.
+    /// Cuts out `bytes`, read while holding `ticket`, with `subject`'s model.
     pub fn cut_out(
         &self,
-        mut place: Place<'_>,
+        mut ticket: Ticket<'_>,
         bytes: &[u8],
         size: SizeMode,
         subject: SubjectType,
     ) -> Result<CutOut, ApiError> {
         imaging::format_of(bytes)?;
         let mut watch = Stopwatch::start();
-        place.wait_for_turn();
+        ticket.wait_for_turn();
         watch.lap("queue");
         self.load(subject);
         let model = self.model(subject);
@@ -513,7 +490,7 @@ struct Counts {
     waiting: usize,
     /// Bytes reserved by the uploads being read or held.
     uploads: u64,
-    /// The ticket the next request ready for a turn takes, and the one
+    /// The number the next ticket ready for a turn takes, and the one
     /// whose turn is next.
     next_ticket: u64,
     next_turn: u64,
@@ -521,7 +498,7 @@ struct Counts {
 
 /// A request's place in line; its upload's reservation and, once it has
 /// its turn, its right to hold pixels. Both end when it is dropped.
-pub struct Place<'q> {
+pub struct Ticket<'q> {
     queue: &'q WorkQueue,
     upload: u64,
     running: bool,
@@ -546,10 +523,10 @@ impl WorkQueue {
         self.changed.wait(counts).unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A place in line for an upload of at most `upload` bytes, once the
+    /// A ticket in line for an upload of at most `upload` bytes, once the
     /// uploads held leave room for it (one upload alone always fits); `None`
     /// at once if the line is full.
-    pub fn join(&self, upload: u64) -> Option<Place<'_>> {
+    pub fn join(&self, upload: u64) -> Option<Ticket<'_>> {
         let mut counts = self.lock();
         if counts.running + counts.waiting >= self.capacity() {
             return None;
@@ -559,7 +536,7 @@ impl WorkQueue {
             counts = self.wait(counts);
         }
         counts.uploads += upload;
-        Some(Place {
+        Some(Ticket {
             queue: self,
             upload,
             running: false,
@@ -583,7 +560,7 @@ impl WorkQueue {
     }
 }
 
-impl Place<'_> {
+impl Ticket<'_> {
     /// Waits until this request may hold decoded pixels.
     pub fn wait_for_turn(&mut self) {
         if self.running {
@@ -591,9 +568,9 @@ impl Place<'_> {
         }
         let queue = self.queue;
         let mut counts = queue.lock();
-        let ticket = counts.next_ticket;
+        let number = counts.next_ticket;
         counts.next_ticket += 1;
-        while counts.next_turn != ticket || counts.running >= queue.max_running {
+        while counts.next_turn != number || counts.running >= queue.max_running {
             counts = queue.wait(counts);
         }
         counts.next_turn += 1;
@@ -610,7 +587,7 @@ impl Place<'_> {
     }
 }
 
-impl Drop for Place<'_> {
+impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let mut counts = self.queue.lock();
         if self.running {
@@ -696,9 +673,9 @@ mod tests {
             )
             .unwrap();
         let cut_out = |subject| {
-            let place = pipeline.queue.join(photo.len() as u64).unwrap();
+            let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
             let cut = pipeline
-                .cut_out(place, &photo, SizeMode::Auto, subject)
+                .cut_out(ticket, &photo, SizeMode::Auto, subject)
                 .unwrap();
             let alpha = image::load_from_memory(&cut.png).unwrap().to_rgba8();
             let laps: Vec<_> = cut.timings.iter().map(|(name, _)| *name).collect();
@@ -767,9 +744,9 @@ mod tests {
             )
             .unwrap();
         let alpha = |subject, (x, y)| {
-            let place = pipeline.queue.join(photo.len() as u64).unwrap();
+            let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
             let cut = pipeline
-                .cut_out(place, &photo, SizeMode::Auto, subject)
+                .cut_out(ticket, &photo, SizeMode::Auto, subject)
                 .unwrap();
             image::load_from_memory(&cut.png)
                 .unwrap()
@@ -853,7 +830,7 @@ mod tests {
         let mut first = queue.join(10).unwrap();
         first.wait_for_turn();
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| queue.join(10).map(|mut place| place.wait_for_turn()));
+            let waiter = s.spawn(|| queue.join(10).map(|mut ticket| ticket.wait_for_turn()));
             while queue.depth() < 2 {
                 std::thread::yield_now();
             }
@@ -874,8 +851,8 @@ mod tests {
             for arrival in 0..6 {
                 let (queue, served) = (&queue, &served);
                 s.spawn(move || {
-                    let mut place = queue.join(10).unwrap();
-                    place.wait_for_turn();
+                    let mut ticket = queue.join(10).unwrap();
+                    ticket.wait_for_turn();
                     served.lock().unwrap().push(arrival);
                 });
                 // The next one arrives once this one holds its ticket.

@@ -5,8 +5,8 @@
 //! answers its own health check, and `STOPPING=1` on shutdown. Outside
 //! systemd every call is a no-op.
 
+use crate::app::AppState;
 use crate::engine::InferError;
-use crate::http::AppState;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixDatagram;

@@ -179,11 +179,7 @@ impl Manifest {
     /// default). With `isnet-int8` configured, `type=general` runs it too,
     /// not a second IS-Net; so does any configured model where the board
     /// has no room for the general model beside it (`general_fits`).
-    pub fn models_for(
-        &self,
-        auto: Option<&str>,
-        general_fits: bool,
-    ) -> anyhow::Result<crate::pipeline::Models> {
+    pub fn models_for(&self, auto: Option<&str>, general_fits: bool) -> anyhow::Result<Models> {
         let auto = self.require(auto)?;
         let pick = |name: &str| match &auto.variant_of {
             Some(of) if of == name => Ok(auto),
@@ -191,7 +187,7 @@ impl Manifest {
             _ => self.require(Some(name)),
         };
         let blended = auto.blend.iter().flat_map(|b| &b.models);
-        Ok(crate::pipeline::Models {
+        Ok(Models {
             auto: auto.clone(),
             person: pick(&self.person)?.clone(),
             general: pick(&self.general)?.clone(),
@@ -203,6 +199,30 @@ impl Manifest {
 
     pub fn names(&self) -> Vec<&str> {
         self.models.iter().map(|m| m.name.as_str()).collect()
+    }
+}
+
+/// The models a request's `type` can pick.
+pub struct Models {
+    pub auto: ModelSpec,
+    pub person: ModelSpec,
+    pub general: ModelSpec,
+    /// The other models `auto`'s blend averages in.
+    pub blended: Vec<ModelSpec>,
+}
+
+impl Models {
+    /// One model for every type, alone: no blend, no second opinion.
+    pub fn one(mut spec: ModelSpec) -> Models {
+        spec.blend = None;
+        spec.second_opinion = false;
+        spec.smallest_part = None;
+        Models {
+            auto: spec.clone(),
+            person: spec.clone(),
+            general: spec,
+            blended: Vec::new(),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! plan is built once per input shape and shared by every worker. Four of
 //! tract's operators are replaced in the plan by cutout's, which give
 //! tract's values to the bit: `resize`, `pad` (which also takes in the
-//! Concat before it) and `pool` (2 × 2 max pools of stride 2) run a plane
+//! Concat before it) and `max_pool` (2 × 2 max pools of stride 2) run a plane
 //! per core, and `im2col` packs a convolution's input for its matrix
 //! product a run of neighbouring values at a time, writing the zeros of the
 //! pad before it itself. Before tract optimises, `split` cuts a convolution
@@ -20,9 +20,9 @@ mod im2col;
 mod norm;
 mod pad;
 // The planned operators' output is written without being zeroed first.
+mod max_pool;
 #[allow(unsafe_code)]
 mod planes;
-mod pool;
 mod resize;
 mod split;
 
@@ -44,11 +44,26 @@ fn reusing_large_blocks<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-type Plan = Arc<TypedRunnableModel>;
+type Runnable = Arc<TypedRunnableModel>;
 
 /// Plans kept for a model that runs at any size, the least recently used
 /// dropped first: each holds the weights again, IS-Net's 175 MB.
 const MAX_CACHED_PLANS: usize = 3;
+
+/// How many nodes each of cutout's passes replaced in one plan. A pass
+/// that silently stops applying (after a tract update, or on a model
+/// exported anew) shows here, and fails a test, before it shows as time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replaced {
+    pub resizes: usize,
+    pub deep_convs_split: usize,
+    pub norms: usize,
+    pub direct_convs: usize,
+    pub fused: usize,
+    pub pads: usize,
+    pub im2cols: usize,
+    pub max_pools: usize,
+}
 
 pub struct TractEngine {
     /// Kept to plan each new input size; a fixed-size model's one plan is
@@ -56,8 +71,16 @@ pub struct TractEngine {
     /// weights) dropped.
     model: Option<InferenceModel>,
     fp16: bool,
-    /// By input size, the most recently used last.
-    plans: Mutex<Vec<((u32, u32), Plan)>>,
+    /// The most recently used last.
+    plans: Mutex<Vec<Planned>>,
+}
+
+/// A plan for one input size, and what cutout's passes replaced in it.
+#[derive(Clone)]
+struct Planned {
+    size: (u32, u32),
+    plan: Runnable,
+    replaced: Replaced,
 }
 
 impl TractEngine {
@@ -98,21 +121,55 @@ impl TractEngine {
         Ok(engine)
     }
 
-    fn plan(&self, width: u32, height: u32) -> Result<Plan> {
+    fn plan(&self, width: u32, height: u32) -> Result<Runnable> {
+        Ok(self.planned(width, height)?.plan)
+    }
+
+    /// What cutout's passes replaced in the plan for `width`×`height`
+    /// (tests hold every shipped model to its counts).
+    pub fn replaced(&self, width: u32, height: u32) -> Result<Replaced> {
+        Ok(self.planned(width, height)?.replaced)
+    }
+
+    fn planned(&self, width: u32, height: u32) -> Result<Planned> {
         {
             let mut plans = self.plans.lock().unwrap();
-            if let Some(at) = plans.iter().position(|(size, _)| *size == (width, height)) {
+            if let Some(at) = plans.iter().position(|p| p.size == (width, height)) {
                 let used = plans.remove(at);
                 plans.push(used.clone());
-                return Ok(used.1);
+                return Ok(used);
             }
         }
-        let shape = [1, 3, height as usize, width as usize];
         let model = self.model.as_ref().with_context(|| {
             let plans = self.plans.lock().unwrap();
-            let sizes: Vec<_> = plans.iter().map(|(size, _)| *size).collect();
+            let sizes: Vec<_> = plans.iter().map(|p| p.size).collect();
             format!("the model was planned for {sizes:?} only, not {width}x{height}")
         })?;
+        let (plan, replaced) = self.make_plan(model, width, height)?;
+        log::debug!("tract plan for {width}x{height}: {replaced:?}");
+        let planned = Planned {
+            size: (width, height),
+            plan,
+            replaced,
+        };
+        let mut plans = self.plans.lock().unwrap();
+        // Another request may have planned this size meanwhile.
+        if !plans.iter().any(|p| p.size == (width, height)) {
+            if plans.len() >= MAX_CACHED_PLANS {
+                plans.remove(0);
+            }
+            plans.push(planned.clone());
+        }
+        Ok(planned)
+    }
+
+    fn make_plan(
+        &self,
+        model: &InferenceModel,
+        width: u32,
+        height: u32,
+    ) -> Result<(Runnable, Replaced)> {
+        let shape = [1, 3, height as usize, width as usize];
         let mut typed = model
             .clone()
             .with_input_fact(0, f32::fact(shape).into())?
@@ -123,30 +180,24 @@ impl TractEngine {
         if self.fp16 {
             to_f32(&mut typed)?;
         }
-        resize::plan_resizes(&mut typed)?;
-        split::split_deep_convs(&mut typed)?;
-        norm::plan_norms(&mut typed)?;
-        direct::plan_direct_convs(&mut typed)?;
+        let mut replaced = Replaced {
+            resizes: resize::plan_resizes(&mut typed)?,
+            deep_convs_split: split::split_deep_convs(&mut typed)?,
+            norms: norm::plan_norms(&mut typed)?,
+            direct_convs: direct::plan_direct_convs(&mut typed)?,
+            ..Replaced::default()
+        };
         let windows = im2col::conv_windows(&typed);
         // Every other convolution as im2col and a matrix product: tract's
         // direct spatial convolution for all it takes was slower on each
         // model, IS-Net's run by a quarter (BENCHMARKS.md, "tract").
         let mut optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
             .enter(|| typed.into_optimized())?;
-        fuse::fuse_after_convs(&mut optimised)?;
-        pad::plan_pads(&mut optimised)?;
-        im2col::plan_im2cols(&mut optimised, &windows)?;
-        pool::plan_max_pools(&mut optimised)?;
-        let plan = optimised.into_runnable()?;
-        let mut plans = self.plans.lock().unwrap();
-        // Another request may have planned this size meanwhile.
-        if !plans.iter().any(|(size, _)| *size == (width, height)) {
-            if plans.len() >= MAX_CACHED_PLANS {
-                plans.remove(0);
-            }
-            plans.push(((width, height), plan.clone()));
-        }
-        Ok(plan)
+        replaced.fused = fuse::fuse_after_convs(&mut optimised)?;
+        replaced.pads = pad::plan_pads(&mut optimised)?;
+        replaced.im2cols = im2col::plan_im2cols(&mut optimised, &windows)?;
+        replaced.max_pools = max_pool::plan_max_pools(&mut optimised)?;
+        Ok((optimised.into_runnable()?, replaced))
     }
 }
 

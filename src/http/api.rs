@@ -1,4 +1,4 @@
-//! `POST /api/remove-bg`: authenticate, admit (concurrency and quota), read
+//! `POST /api/remove-bg`: authenticate, admit (`app::admission`), read
 //! the form, cut out, charge. Every failure returns before the charge, so
 //! an error never costs the caller an image. Try it in the dashboard takes
 //! the same steps with a signed-in user instead of a key.
@@ -6,11 +6,9 @@
 use super::multipart::{read_form, Form, MAX_BODY_BYTES};
 use super::respond::{self, header, Body};
 use super::session::header_value;
-use super::AppState;
-use crate::domain::{ApiKey, Month, SizeMode, SubjectType};
+use crate::app::{Admission, AppState, Upload};
+use crate::domain::{ApiKey, SizeMode, SubjectType};
 use crate::error::ApiError;
-use crate::limits::{Permit, Refusal};
-use crate::pipeline::{CutOut, Place};
 use crate::store::Caller;
 use tiny_http::Request;
 
@@ -53,13 +51,11 @@ fn handle(
         .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?;
     let caller = caller.ok_or(ApiError::InvalidApiKey)?;
     *account_name = Some(caller.account.name.clone());
-    let permit = admit(state, &caller)?;
-
-    let (place, form) = read_request_form(state, request)?;
+    let (admission, form) = admit_and_read_form(state, &caller, request)?;
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
     let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
-    let done = cut_out_and_charge(state, permit, place, &caller, &image, size, subject)?;
+    let done = admission.cut_out_and_charge(&caller, &image, size, subject)?;
 
     // Content-Length rather than chunked: clients saving a file like to know its size.
     let mut response = tiny_http::Response::from_data(done.cut.png)
@@ -80,60 +76,22 @@ fn handle(
     Ok(response)
 }
 
-/// Lets one cut-out for `caller` start: the account may use the service,
-/// the model is loaded, and the account has a free slot and, on a plan with
-/// a monthly limit, an image left (reserved until the charge or the drop).
-pub fn admit(state: &AppState, caller: &Caller) -> Result<Permit, ApiError> {
-    let account = &caller.account;
-    if account.suspended {
-        return Err(ApiError::AccountSuspended);
-    }
-    if !account.plan.api_access {
-        return Err(ApiError::PlanNotAllowed);
-    }
-    state
-        .pipeline
-        .default_model()
-        .inference
-        .ready()
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
-    state
-        .database_writable()
-        .map_err(|why| ApiError::Unavailable(format!("database: {why}")))?;
-    let month = Month::of_unix(state.clock.now_unix());
-    state
-        .limiter
-        .admit(
-            account.id,
-            account.plan.concurrency,
-            account.plan.monthly_limit,
-            || state.store.usage(account.id, month),
-        )
-        .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?
-        .map_err(|refusal| match refusal {
-            Refusal::TooManyConcurrent { limit } => ApiError::TooManyConcurrentRequests { limit },
-            Refusal::QuotaExceeded { limit } => ApiError::QuotaExceeded { limit },
-        })
-}
-
-/// Takes a place in the work queue, then reads the form: the body is read
-/// only once the uploads held leave room for it.
-pub fn read_request_form<'s>(
+/// Lets the request through every gate (`AppState::admit`), then reads the
+/// form: the body is read only once the uploads held leave room for it.
+pub fn admit_and_read_form<'s>(
     state: &'s AppState,
+    caller: &Caller,
     request: &mut Request,
-) -> Result<(Place<'s>, Form), ApiError> {
+) -> Result<(Admission<'s>, Form), ApiError> {
     let content_type = header_value(request, "Content-Type").map(str::to_owned);
     let content_length = request.body_length().map(|n| n as u64);
-    if content_length.is_some_and(|n| n > MAX_BODY_BYTES) {
-        return Err(ApiError::FileTooLarge);
-    }
-    let place = state
-        .pipeline
-        .queue
-        .join(content_length.unwrap_or(MAX_BODY_BYTES))
-        .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
+    let upload = Upload {
+        declared: content_length,
+        most: MAX_BODY_BYTES,
+    };
+    let admission = state.admit(caller, upload)?;
     let form = read_form(content_type.as_deref(), content_length, request.as_reader())?;
-    Ok((place, form))
+    Ok((admission, form))
 }
 
 pub fn parse_subject(subject: Option<&str>) -> Result<SubjectType, ApiError> {
@@ -148,36 +106,6 @@ pub fn parse_size(size: Option<&str>) -> Result<SizeMode, ApiError> {
         None => Ok(SizeMode::Auto),
         Some(s) => SizeMode::parse(s.trim()).ok_or(ApiError::InvalidSize),
     }
-}
-
-pub struct Charged {
-    pub cut: CutOut,
-    /// The month's count after this image.
-    pub used: u32,
-    pub month: Month,
-}
-
-/// Cuts out `image` and, only once that worked, counts it.
-pub fn cut_out_and_charge(
-    state: &AppState,
-    permit: Permit,
-    place: Place<'_>,
-    caller: &Caller,
-    image: &[u8],
-    size: SizeMode,
-    subject: SubjectType,
-) -> Result<Charged, ApiError> {
-    let cut = state.pipeline.cut_out(place, image, size, subject)?;
-    let now = state.clock.now_unix();
-    let month = Month::of_unix(now);
-    let used = permit
-        .charge(|| state.store.charge(caller, month, now))
-        .map_err(|e| {
-            let why = format!("could not record a charge: {e}");
-            state.database_failed(&why);
-            ApiError::Unavailable(format!("database: {why}"))
-        })?;
-    Ok(Charged { cut, used, month })
 }
 
 /// `decode;dur=12.3, model;dur=1604.0, …` in milliseconds (RFC: W3C Server Timing).

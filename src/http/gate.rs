@@ -8,9 +8,8 @@
 
 use super::respond::{header, Body};
 use super::session::{header_value, is_https};
-use super::AppState;
+use crate::app::AppState;
 use crate::dashboard::{message_page, Nav};
-use crate::discovery::hostname;
 use std::net::IpAddr;
 use tiny_http::{Method, Request, Response};
 
@@ -84,14 +83,6 @@ fn allowed_host(state: &AppState, host: &str) -> bool {
         Ok(ip) => ip.is_loopback() || is_own_address(ip),
         Err(_) => false,
     }
-}
-
-/// The names `allowed_host` accepts, lowercased, worked out once at start.
-pub fn dashboard_names(configured: &[String]) -> Vec<String> {
-    let own = hostname().to_ascii_lowercase();
-    let mut names = vec!["localhost".to_owned(), format!("{own}.local"), own];
-    names.extend(configured.iter().map(|n| n.to_ascii_lowercase()));
-    names
 }
 
 /// Whether `ip` is one of this machine's addresses now (they change with

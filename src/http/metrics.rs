@@ -1,13 +1,13 @@
 //! `GET /metrics`: Prometheus text format (version 0.0.4).
 
 use super::respond::{header, Body};
-use super::AppState;
+use crate::app::AppState;
 use crate::stats::LATENCY_BUCKETS;
 use std::fmt::Write;
 
-pub fn render(state: &AppState) -> String {
+pub fn render(state: &AppState, server: &tiny_http::Server) -> String {
     let s = state.stats.snapshot();
-    let connections = state.server.connection_stats();
+    let connections = server.connection_stats();
     let queue = &state.pipeline.queue;
     let ready = state.pipeline.default_model().inference.ready().is_ok();
     let mut out = String::new();
@@ -140,8 +140,8 @@ fn metric<'n>(out: &mut String, name: &'n str, kind: &str, help: &str) -> &'n st
     name
 }
 
-pub fn response(state: &AppState) -> Body {
-    tiny_http::Response::from_data(render(state).into_bytes()).with_header(header(
+pub fn response(state: &AppState, server: &tiny_http::Server) -> Body {
+    tiny_http::Response::from_data(render(state, server).into_bytes()).with_header(header(
         "Content-Type",
         "text/plain; version=0.0.4; charset=utf-8",
     ))

@@ -1,6 +1,6 @@
 //! The HTTP server: tiny_http, a fixed pool of request workers over one
 //! `Arc<Server>`, routing, one log line per request, graceful shutdown.
-//! The only module that knows HTTP.
+//! The only module that knows HTTP; what it serves is `app::AppState`.
 
 mod api;
 mod dashboard;
@@ -9,150 +9,16 @@ mod metrics;
 pub mod multipart;
 mod respond;
 mod session;
-mod throttle;
-mod tries;
 
-use crate::clock::Clock;
+use crate::app::{AppState, EngineSource, TlsInfo};
 use crate::config::Settings;
-use crate::domain::SubjectType;
-use crate::engine::{Engine, Manifest, OnnxRuntimeTrial, Readiness};
 use crate::error::ApiError;
-use crate::led;
-use crate::limits::Limiter;
-use crate::pipeline::{Loader, Models, Pipeline};
-use crate::secrets::random_token;
-use crate::stats::Stats;
-use crate::store::Store;
 use anyhow::{anyhow, Context, Result};
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 use tiny_http::{ConnectionLimits, Listener, Method, Request, Server, SslConfig};
-
-/// Where the model comes from.
-pub enum EngineSource {
-    /// Load the configured model from the models directory, in the
-    /// background: the server answers 503 until it is ready.
-    Load,
-    /// An engine already loaded (tests share one across many apps).
-    Ready(Arc<dyn Engine>),
-}
-
-pub struct AppState {
-    pub store: Store,
-    pub limiter: Limiter,
-    pub pipeline: Pipeline,
-    pub clock: Clock,
-    pub stats: Arc<Stats>,
-    pub dashboard: DashboardState,
-    thermal_dir: PathBuf,
-    listen: String,
-    /// HTTPS, when it is on: the dashboard is served there alone.
-    pub tls: Option<TlsInfo>,
-    /// The names the dashboard answers to (`gate::dashboard_names`).
-    dashboard_names: Vec<String>,
-    /// For its connection counters (`/metrics`).
-    server: Arc<Server>,
-    db_check: Mutex<Option<(Instant, Result<(), String>)>>,
-    /// The configured LED backend, for the status page.
-    led_backend: String,
-    /// The board and the defaults it gave, for the status page.
-    board: Option<String>,
-    /// Why the engine is not the configured one, when it is not.
-    engine_note: Option<String>,
-    /// Where `cutout bench` leaves its report.
-    data_dir: PathBuf,
-    stopping: AtomicBool,
-    in_flight: AtomicUsize,
-}
-
-/// Where HTTPS listens, and what a booth pins.
-pub struct TlsInfo {
-    pub addr: SocketAddr,
-    pub fingerprint: String,
-}
-
-/// What the dashboard keeps between requests besides the database.
-#[derive(Default)]
-pub struct DashboardState {
-    throttle: throttle::LoginThrottle,
-    tries: tries::Tries,
-    /// The one-time setup link's token, while no operator password is set.
-    setup_token: Mutex<Option<String>>,
-}
-
-impl DashboardState {
-    pub fn setup_token(&self) -> Option<String> {
-        self.setup_token
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
-impl AppState {
-    pub fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::SeqCst)
-    }
-}
-
-impl AppState {
-    /// What the appliance is doing, as the status LED shows it.
-    pub fn led_state(&self) -> led::State {
-        match self.pipeline.default_model().inference.ready() {
-            Err(crate::engine::InferError::Loading) => led::State::Starting,
-            Err(_) => led::State::Degraded,
-            Ok(()) if self.database_writable().is_err() => led::State::Degraded,
-            Ok(()) if self.pipeline.queue.depth() > 0 => led::State::Busy,
-            Ok(()) => led::State::Idle,
-        }
-    }
-
-    /// Whether the database takes writes, checked at most every two
-    /// seconds (the LED asks eight times a second, and every API call
-    /// asks). A change is logged once, when it is seen, not per request.
-    pub fn database_writable(&self) -> Result<(), String> {
-        let mut last = self.db_check.lock().unwrap_or_else(|p| p.into_inner());
-        match &*last {
-            Some((at, verdict)) if at.elapsed() < Duration::from_secs(2) => verdict.clone(),
-            previous => {
-                let was_writable = previous.as_ref().is_none_or(|(_, v)| v.is_ok());
-                let verdict = if was_writable {
-                    self.store.check_writable()
-                } else {
-                    self.store.probe_write(self.clock.now_unix())
-                };
-                let verdict = verdict.map_err(|e| e.to_string());
-                log_database_change(was_writable, &verdict);
-                *last = Some((Instant::now(), verdict.clone()));
-                verdict
-            }
-        }
-    }
-
-    /// A write that failed although the last check passed (the disk filled
-    /// up in between): later calls are refused up front until a check passes.
-    pub fn database_failed(&self, why: &str) {
-        let mut last = self.db_check.lock().unwrap_or_else(|p| p.into_inner());
-        let was_writable = last.as_ref().is_none_or(|(_, v)| v.is_ok());
-        let verdict = Err(why.to_owned());
-        log_database_change(was_writable, &verdict);
-        *last = Some((Instant::now(), verdict));
-    }
-}
-
-fn log_database_change(was_writable: bool, now: &Result<(), String>) {
-    match (was_writable, now) {
-        (true, Err(why)) => {
-            log::error!("the database cannot take writes ({why}); API calls get 503 until it can")
-        }
-        (false, Ok(())) => log::warn!("the database takes writes again; API calls are served"),
-        _ => {}
-    }
-}
 
 pub struct App {
     server: Arc<Server>,
@@ -245,90 +111,10 @@ impl App {
     /// Opens the database, binds the port and starts loading the model;
     /// `addr()` is the bound address (port 0 picks a free one).
     pub fn build(settings: Settings, engine: EngineSource) -> Result<App> {
-        let manifest = Manifest::builtin();
-        let models = manifest.models_for(settings.model.as_deref(), settings.general_fits())?;
-        let store = Store::open(&settings.data_dir)
-            .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
         let (server, addr, tls) = listen(&settings)?;
-        let server = Arc::new(server);
-        let stats = Arc::new(Stats::default());
-        let pipeline = match engine {
-            // Tests share one loaded engine: every `type` gets it.
-            EngineSource::Ready(engine) => {
-                let pipeline = Pipeline::new(
-                    Models::one(models.auto),
-                    None,
-                    settings.inference_workers,
-                    settings.queue_capacity,
-                    settings.upload_buffer,
-                );
-                pipeline
-                    .default_model()
-                    .inference
-                    .set(Readiness::Ready(engine));
-                pipeline
-            }
-            EngineSource::Load => Pipeline::new(
-                models,
-                Some(Loader {
-                    models_dir: settings.models_dir.clone(),
-                    engine: settings.engine.clone(),
-                    trial: Some(OnnxRuntimeTrial::new(&settings.data_dir)),
-                }),
-                settings.inference_workers,
-                settings.queue_capacity,
-                settings.upload_buffer,
-            ),
-        };
-        let dashboard = DashboardState::default();
-        if store.admin_password_hash()?.is_none() {
-            let token = random_token();
-            let host = if addr.ip().is_unspecified() {
-                format!("<this appliance's address>:{}", addr.port())
-            } else {
-                addr.to_string()
-            };
-            log::warn!(
-                "No operator password is set. Set one at http://{host}/setup?token={token} \
-                 (the link works once, until restart), or with `cutout admin set-password`."
-            );
-            *dashboard.setup_token.lock().unwrap() = Some(token);
-        }
-        let state = Arc::new(AppState {
-            store,
-            limiter: Limiter::default(),
-            pipeline,
-            clock: settings.clock.clone(),
-            stats,
-            dashboard,
-            thermal_dir: settings.thermal_dir.clone(),
-            listen: addr.to_string(),
-            tls,
-            dashboard_names: gate::dashboard_names(&settings.allowed_hosts),
-            server: server.clone(),
-            db_check: Mutex::new(None),
-            led_backend: settings
-                .led
-                .backend
-                .clone()
-                .unwrap_or_else(|| "none".into()),
-            board: settings.board.as_ref().map(|(board, defaults)| {
-                format!("{}; so by default {}", board.describe(), defaults.summary())
-            }),
-            engine_note: settings.engine_note.clone(),
-            data_dir: settings.data_dir.clone(),
-            stopping: AtomicBool::new(false),
-            in_flight: AtomicUsize::new(0),
-        });
-        // The configured model loads in the background: the API answers 503 until then.
-        let loading = state.clone();
-        thread::spawn(move || {
-            if let Some(took) = loading.pipeline.load(SubjectType::Auto) {
-                loading.stats.set_model_load(took);
-            }
-        });
+        let state = AppState::start(&settings, engine, addr, tls)?;
         Ok(App {
-            server,
+            server: Arc::new(server),
             state,
             addr,
             settings,
@@ -366,7 +152,7 @@ impl App {
                     .name(format!("http-{i}"))
                     .spawn(move || {
                         while let Ok(request) = server.recv() {
-                            serve(&state, request);
+                            serve(&state, &server, request);
                         }
                     })
                     .expect("spawning an HTTP worker")
@@ -382,11 +168,9 @@ impl ShutdownHandle {
     /// Answers new requests 503, waits (up to the grace period) for those in
     /// flight, then stops the workers.
     pub fn shutdown(&self) {
-        self.state.stopping.store(true, Ordering::SeqCst);
-        let deadline = Instant::now() + self.grace;
-        while self.state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(20));
-        }
+        self.state.stop_taking_requests();
+        self.state
+            .wait_for_requests_in_flight(Instant::now() + self.grace);
         // Before the workers go: the process may exit as soon as they have.
         self.state.pipeline.settle_trial();
         for _ in 0..self.workers {
@@ -395,14 +179,14 @@ impl ShutdownHandle {
     }
 }
 
-fn serve(state: &AppState, mut request: Request) {
+fn serve(state: &AppState, server: &Server, mut request: Request) {
     let started = Instant::now();
-    state.in_flight.fetch_add(1, Ordering::SeqCst);
+    let in_flight = state.serving();
     let method = request.method().clone();
     let path = request.url().split('?').next().unwrap_or("").to_owned();
     // A panic in a handler costs its request a 500, never the worker.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        route(state, &method, &path, &mut request)
+        route(state, server, &method, &path, &mut request)
     }))
     .unwrap_or_else(|_| api::Outcome {
         response: respond::error(&ApiError::Internal(anyhow!("handler panicked"))),
@@ -424,7 +208,7 @@ fn serve(state: &AppState, mut request: Request) {
     if let Err(e) = request.respond(response) {
         log::debug!("writing the response failed: {e}");
     }
-    state.in_flight.fetch_sub(1, Ordering::SeqCst);
+    drop(in_flight);
     log::info!(
         "{method} {} {status} account={} bytes={bytes} {}ms",
         shortened(&path, MAX_LOGGED_PATH),
@@ -482,7 +266,13 @@ const SECURITY_HEADERS: [(&str, &str); 4] = [
     ("Referrer-Policy", "same-origin"),
 ];
 
-fn route(state: &AppState, method: &Method, path: &str, request: &mut Request) -> api::Outcome {
+fn route(
+    state: &AppState,
+    server: &Server,
+    method: &Method,
+    path: &str,
+    request: &mut Request,
+) -> api::Outcome {
     let plain = |response| api::Outcome {
         response,
         account: None,
@@ -493,7 +283,7 @@ fn route(state: &AppState, method: &Method, path: &str, request: &mut Request) -
         ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
         ("/readyz", _) if get => plain(readiness(state)),
         ("/api/openapi.json", _) if get => plain(dashboard::openapi_json()),
-        ("/metrics", _) if get => plain(metrics::response(state)),
+        ("/metrics", _) if get => plain(metrics::response(state, server)),
         ("/api/remove-bg", _) => plain(respond::error(&ApiError::MethodNotAllowed {
             allow: "POST",
         })),
@@ -528,17 +318,15 @@ fn not_found(request: &Request) -> respond::Body {
 
 /// Ready when the model is loaded and the database takes writes.
 fn readiness(state: &AppState) -> respond::Body {
-    let default = state.pipeline.default_model();
-    let model = default.inference.ready();
-    let database = state.database_writable();
+    let health = state.readiness();
     let body = serde_json::json!({
-        "model": default.spec.name,
-        "model_ready": model.is_ok(),
-        "model_error": model.as_ref().err().map(ToString::to_string),
-        "database_writable": database.is_ok(),
-        "database_error": database.as_ref().err(),
+        "model": health.model_name,
+        "model_ready": health.model.is_ok(),
+        "model_error": health.model.as_ref().err(),
+        "database_writable": health.database.is_ok(),
+        "database_error": health.database.as_ref().err(),
     });
-    if model.is_ok() && database.is_ok() {
+    if health.is_ready() {
         respond::json(200, &body)
     } else {
         let mut response = respond::json(503, &body);

@@ -7,7 +7,7 @@
 //! that must match a cookie of their own (double submit).
 
 use super::respond::header;
-use super::AppState;
+use crate::app::AppState;
 use crate::secrets::{constant_time_eq, random_token, sha256_hex};
 use crate::store::{Principal, StoreError};
 use tiny_http::{Header, Request};

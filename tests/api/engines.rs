@@ -6,7 +6,9 @@
 
 use crate::helpers::*;
 use cutout::engine::preprocess::{output_range, placement, to_tensor};
-use cutout::engine::{self, Engine, EngineChoice, EngineKind, Manifest, ModelSpec};
+use cutout::engine::{
+    self, Engine, EngineChoice, EngineKind, Manifest, ModelSpec, Replaced, TractEngine,
+};
 use cutout::{imaging, EngineSource};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -107,6 +109,47 @@ fn a_fixed_size_model_on_tract_runs_at_its_size_and_refuses_others() {
         )),
         "{error:#}"
     );
+}
+
+/// cutout's passes over tract's plan (src/engine/tract/) replace these many
+/// nodes in each shipped model at the sizes it runs at. A pass that stops
+/// applying, after a tract update or on a model exported anew, fails here
+/// instead of only making the model slower.
+#[test]
+fn every_pass_over_tracts_plan_still_applies_to_every_model() {
+    let manifest = Manifest::builtin();
+    let replaced = |model: &str, (width, height): (u32, u32)| {
+        let spec = manifest.require(Some(model)).unwrap();
+        let path = models_dir().join(&spec.file);
+        let bytes = std::fs::read(&path).expect("the model (run `make models`)");
+        let tract = TractEngine::load(spec, &bytes, &path).unwrap();
+        tract.replaced(width, height).unwrap()
+    };
+    let counts = |r: Replaced| {
+        [
+            r.resizes,
+            r.deep_convs_split,
+            r.norms,
+            r.direct_convs,
+            r.fused,
+            r.pads,
+            r.im2cols,
+            r.max_pools,
+        ]
+    };
+    // resizes, deep convolutions split, norms, direct convolutions, fused,
+    // pads, im2cols, max pools; IS-Net at 4:3 and squashed (`type=auto`).
+    let expected = [
+        ("isnet", (1024, 768), [34, 2, 0, 2, 125, 114, 114, 33]),
+        ("isnet", (1024, 1024), [34, 2, 0, 2, 125, 114, 114, 33]),
+        ("u2netp", (256, 256), [38, 0, 0, 3, 122, 115, 115, 33]),
+        ("modnet", (384, 512), [8, 1, 16, 1, 3, 17, 17, 0]),
+    ];
+    let found: Vec<_> = expected
+        .iter()
+        .map(|&(model, size, _)| (model, size, counts(replaced(model, size))))
+        .collect();
+    assert_eq!(found, expected);
 }
 
 fn on_onnxruntime(library: Option<PathBuf>) -> TestApp {

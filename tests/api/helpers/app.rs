@@ -3,11 +3,11 @@
 //! reads its counters. `GatedEngine` holds runs until a test opens it.
 
 use super::{post_form, request, Multipart, Reply};
+use cutout::app::AppState;
 use cutout::clock::Clock;
 use cutout::config::Settings;
 use cutout::domain::AccountName;
 use cutout::engine::{self, Engine, EngineChoice, Manifest};
-use cutout::http::AppState;
 use cutout::store::Store;
 use cutout::{App, EngineSource, ShutdownHandle};
 use std::net::SocketAddr;

@@ -1,0 +1,115 @@
+//! The gates a cut-out passes, behind one door. `AppState::admit` checks
+//! the account (not suspended, a plan with API access), the appliance (the
+//! model loaded, the database writable), takes one of the account's request
+//! slots and, on a plan with a monthly limit, reserves an image of the month;
+//! then it takes a ticket in the work queue, which bounds the requests waiting
+//! and the uploads held. The inference pool's turn comes inside the pipeline.
+//! `Admission::cut_out_and_charge` charges only once the cut-out worked: an
+//! admission dropped on any error before releases its slot, its reservation
+//! and its ticket, and costs nothing.
+
+use super::AppState;
+use crate::domain::{Month, SizeMode, SubjectType};
+use crate::error::ApiError;
+use crate::limits::{Permit, Refusal};
+use crate::pipeline::{CutOut, Ticket};
+use crate::store::Caller;
+
+/// The body a request declares, and the most any body may be.
+pub struct Upload {
+    pub declared: Option<u64>,
+    pub most: u64,
+}
+
+/// A request let through every gate, holding its slot and its ticket.
+pub struct Admission<'a> {
+    state: &'a AppState,
+    permit: Permit,
+    ticket: Ticket<'a>,
+}
+
+pub struct Charged {
+    pub cut: CutOut,
+    /// The month's count after this image.
+    pub used: u32,
+    pub month: Month,
+}
+
+impl AppState {
+    /// Lets one cut-out for `caller` in, or says which gate refused it. A
+    /// declared body over `upload.most` is refused after the account's gates
+    /// and before the queue; an undeclared one holds a ticket for the most.
+    pub fn admit(&self, caller: &Caller, upload: Upload) -> Result<Admission<'_>, ApiError> {
+        let permit = self.admit_account(caller)?;
+        if upload.declared.is_some_and(|n| n > upload.most) {
+            return Err(ApiError::FileTooLarge);
+        }
+        let ticket = self
+            .pipeline
+            .queue
+            .join(upload.declared.unwrap_or(upload.most))
+            .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
+        Ok(Admission {
+            state: self,
+            permit,
+            ticket,
+        })
+    }
+
+    fn admit_account(&self, caller: &Caller) -> Result<Permit, ApiError> {
+        let account = &caller.account;
+        if account.suspended {
+            return Err(ApiError::AccountSuspended);
+        }
+        if !account.plan.api_access {
+            return Err(ApiError::PlanNotAllowed);
+        }
+        self.pipeline
+            .default_model()
+            .inference
+            .ready()
+            .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+        self.database_writable()
+            .map_err(|why| ApiError::Unavailable(format!("database: {why}")))?;
+        let month = Month::of_unix(self.clock.now_unix());
+        self.limiter
+            .admit(
+                account.id,
+                account.plan.concurrency,
+                account.plan.monthly_limit,
+                || self.store.usage(account.id, month),
+            )
+            .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?
+            .map_err(|refusal| match refusal {
+                Refusal::TooManyConcurrent { limit } => {
+                    ApiError::TooManyConcurrentRequests { limit }
+                }
+                Refusal::QuotaExceeded { limit } => ApiError::QuotaExceeded { limit },
+            })
+    }
+}
+
+impl Admission<'_> {
+    /// Cuts out `image` and, only once that worked, counts it.
+    pub fn cut_out_and_charge(
+        self,
+        caller: &Caller,
+        image: &[u8],
+        size: SizeMode,
+        subject: SubjectType,
+    ) -> Result<Charged, ApiError> {
+        let state = self.state;
+        let cut = state.pipeline.cut_out(self.ticket, image, size, subject)?;
+        let now = state.clock.now_unix();
+        let month = Month::of_unix(now);
+        let used = self
+            .permit
+            .charge(|| state.store.charge(caller, month, now))
+            .map_err(|e| {
+                let why = format!("could not record a charge: {e}");
+                state.database_failed(&why);
+                ApiError::Unavailable(format!("database: {why}"))
+            })?;
+        Ok(Charged { cut, used, month })
+    }
+}

@@ -1,0 +1,343 @@
+//! The appliance behind its transport: the state every request shares, its
+//! health (the model loaded, the database writable, what the LED shows),
+//! and what the dashboard keeps between requests. Knows nothing of HTTP:
+//! `http` serves it; `systemd`, the LED and the status page watch it.
+
+mod admission;
+pub mod throttle;
+pub mod tries;
+
+pub use admission::{Admission, Charged, Upload};
+
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::domain::SubjectType;
+use crate::engine::{Engine, InferError, Manifest, OnnxRuntimeTrial, Readiness};
+use crate::led;
+use crate::limits::Limiter;
+use crate::pipeline::{Loader, Models, Pipeline};
+use crate::secrets::random_token;
+use crate::stats::Stats;
+use crate::store::Store;
+use anyhow::{Context, Result};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Where the model comes from.
+pub enum EngineSource {
+    /// Load the configured model from the models directory, in the
+    /// background: the server answers 503 until it is ready.
+    Load,
+    /// An engine already loaded (tests share one across many apps).
+    Ready(Arc<dyn Engine>),
+}
+
+pub struct AppState {
+    pub store: Store,
+    pub limiter: Limiter,
+    pub pipeline: Pipeline,
+    pub clock: Clock,
+    pub stats: Arc<Stats>,
+    pub dashboard: DashboardState,
+    thermal_dir: PathBuf,
+    /// The address the API is served on, for the status page.
+    pub listen: String,
+    /// HTTPS, when it is on: the dashboard is served there alone.
+    pub tls: Option<TlsInfo>,
+    /// The names the dashboard answers to besides the machine's addresses.
+    pub dashboard_names: Vec<String>,
+    db_check: Mutex<Option<(Instant, Result<(), String>)>>,
+    /// The configured LED backend, for the status page.
+    pub led_backend: String,
+    /// The board and the defaults it gave, for the status page.
+    pub board: Option<String>,
+    /// Why the engine is not the configured one, when it is not.
+    pub engine_note: Option<String>,
+    /// Where `cutout bench` leaves its report.
+    pub data_dir: PathBuf,
+    stopping: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+/// Where HTTPS listens, and what a booth pins.
+pub struct TlsInfo {
+    pub addr: SocketAddr,
+    pub fingerprint: String,
+}
+
+/// What the dashboard keeps between requests besides the database.
+#[derive(Default)]
+pub struct DashboardState {
+    pub throttle: throttle::LoginThrottle,
+    pub tries: tries::Tries,
+    /// The one-time setup link's token, while no operator password is set.
+    setup_token: Mutex<Option<String>>,
+}
+
+impl DashboardState {
+    pub fn setup_token(&self) -> Option<String> {
+        self.setup_token
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Held while the link is checked and used, so that two uses cannot
+    /// both win.
+    pub fn setup_token_lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.setup_token.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl AppState {
+    /// Opens the database and starts loading the model in the background,
+    /// for a server bound to `addr` (and HTTPS, when `tls` is on). On a
+    /// database with no operator password, logs the one-time setup link.
+    pub fn start(
+        settings: &Settings,
+        engine: EngineSource,
+        addr: SocketAddr,
+        tls: Option<TlsInfo>,
+    ) -> Result<Arc<AppState>> {
+        let manifest = Manifest::builtin();
+        let models = manifest.models_for(settings.model.as_deref(), settings.general_fits())?;
+        let store = Store::open(&settings.data_dir)
+            .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
+        let pipeline = match engine {
+            // Tests share one loaded engine: every `type` gets it.
+            EngineSource::Ready(engine) => {
+                let pipeline = Pipeline::new(
+                    Models::one(models.auto),
+                    None,
+                    settings.inference_workers,
+                    settings.queue_capacity,
+                    settings.upload_buffer,
+                );
+                pipeline
+                    .default_model()
+                    .inference
+                    .set(Readiness::Ready(engine));
+                pipeline
+            }
+            EngineSource::Load => Pipeline::new(
+                models,
+                Some(Loader {
+                    models_dir: settings.models_dir.clone(),
+                    engine: settings.engine.clone(),
+                    trial: Some(OnnxRuntimeTrial::new(&settings.data_dir)),
+                }),
+                settings.inference_workers,
+                settings.queue_capacity,
+                settings.upload_buffer,
+            ),
+        };
+        let dashboard = DashboardState::default();
+        if store.admin_password_hash()?.is_none() {
+            let token = random_token();
+            let host = if addr.ip().is_unspecified() {
+                format!("<this appliance's address>:{}", addr.port())
+            } else {
+                addr.to_string()
+            };
+            log::warn!(
+                "No operator password is set. Set one at http://{host}/setup?token={token} \
+                 (the link works once, until restart), or with `cutout admin set-password`."
+            );
+            *dashboard.setup_token.lock().unwrap() = Some(token);
+        }
+        let state = Arc::new(AppState {
+            store,
+            limiter: Limiter::default(),
+            pipeline,
+            clock: settings.clock.clone(),
+            stats: Arc::new(Stats::default()),
+            dashboard,
+            thermal_dir: settings.thermal_dir.clone(),
+            listen: addr.to_string(),
+            tls,
+            dashboard_names: dashboard_names(&settings.allowed_hosts),
+            db_check: Mutex::new(None),
+            led_backend: settings
+                .led
+                .backend
+                .clone()
+                .unwrap_or_else(|| "none".into()),
+            board: settings.board.as_ref().map(|(board, defaults)| {
+                format!("{}; so by default {}", board.describe(), defaults.summary())
+            }),
+            engine_note: settings.engine_note.clone(),
+            data_dir: settings.data_dir.clone(),
+            stopping: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+        });
+        // The configured model loads in the background: the API answers 503 until then.
+        let loading = state.clone();
+        thread::spawn(move || {
+            if let Some(took) = loading.pipeline.load(SubjectType::Auto) {
+                loading.stats.set_model_load(took);
+            }
+        });
+        Ok(state)
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// From now on new requests are refused; those in flight go on.
+    pub fn stop_taking_requests(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Counts a request while it is served, so a stop can wait for it.
+    pub fn serving(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(&self.in_flight)
+    }
+
+    /// Waits until no request is in flight, or until `deadline`.
+    pub fn wait_for_requests_in_flight(&self, deadline: Instant) {
+        while self.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What the appliance is doing, as the status LED shows it.
+    pub fn led_state(&self) -> led::State {
+        match self.pipeline.default_model().inference.ready() {
+            Err(InferError::Loading) => led::State::Starting,
+            Err(_) => led::State::Degraded,
+            Ok(()) if self.database_writable().is_err() => led::State::Degraded,
+            Ok(()) if self.pipeline.queue.depth() > 0 => led::State::Busy,
+            Ok(()) => led::State::Idle,
+        }
+    }
+
+    /// Whether the model is loaded and the database takes writes: the
+    /// configured model's name, and each one's error if not.
+    pub fn readiness(&self) -> Health {
+        let default = self.pipeline.default_model();
+        Health {
+            model_name: default.spec.name.clone(),
+            model: default.inference.ready().map_err(|e| e.to_string()),
+            database: self.database_writable(),
+        }
+    }
+
+    /// Whether the database takes writes, checked at most every two
+    /// seconds (the LED asks eight times a second, and every API call
+    /// asks). A change is logged once, when it is seen, not per request.
+    pub fn database_writable(&self) -> Result<(), String> {
+        let mut last = self.db_check.lock().unwrap_or_else(|p| p.into_inner());
+        match &*last {
+            Some((at, verdict)) if at.elapsed() < Duration::from_secs(2) => verdict.clone(),
+            previous => {
+                let was_writable = previous.as_ref().is_none_or(|(_, v)| v.is_ok());
+                let verdict = if was_writable {
+                    self.store.check_writable()
+                } else {
+                    self.store.probe_write(self.clock.now_unix())
+                };
+                let verdict = verdict.map_err(|e| e.to_string());
+                log_database_change(was_writable, &verdict);
+                *last = Some((Instant::now(), verdict.clone()));
+                verdict
+            }
+        }
+    }
+
+    /// A write that failed although the last check passed (the disk filled
+    /// up in between): later calls are refused up front until a check passes.
+    pub fn database_failed(&self, why: &str) {
+        let mut last = self.db_check.lock().unwrap_or_else(|p| p.into_inner());
+        let was_writable = last.as_ref().is_none_or(|(_, v)| v.is_ok());
+        let verdict = Err(why.to_owned());
+        log_database_change(was_writable, &verdict);
+        *last = Some((Instant::now(), verdict));
+    }
+
+    /// The CPU's temperature in °C, where the system reports one.
+    pub fn cpu_celsius(&self) -> Option<f64> {
+        cpu_celsius(&self.thermal_dir)
+    }
+}
+
+/// A request being served; it stops counting when dropped.
+pub struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What `/readyz` reports.
+pub struct Health {
+    pub model_name: String,
+    pub model: Result<(), String>,
+    pub database: Result<(), String>,
+}
+
+impl Health {
+    pub fn is_ready(&self) -> bool {
+        self.model.is_ok() && self.database.is_ok()
+    }
+}
+
+fn log_database_change(was_writable: bool, now: &Result<(), String>) {
+    match (was_writable, now) {
+        (true, Err(why)) => {
+            log::error!("the database cannot take writes ({why}); API calls get 503 until it can")
+        }
+        (false, Ok(())) => log::warn!("the database takes writes again; API calls are served"),
+        _ => {}
+    }
+}
+
+/// The names the dashboard answers to, lowercased, worked out once at start:
+/// localhost, the machine's hostname with and without `.local`, and the
+/// configured ones.
+fn dashboard_names(configured: &[String]) -> Vec<String> {
+    let own = crate::discovery::hostname().to_ascii_lowercase();
+    let mut names = vec!["localhost".to_owned(), format!("{own}.local"), own];
+    names.extend(configured.iter().map(|n| n.to_ascii_lowercase()));
+    names
+}
+
+/// The CPU's temperature from Linux's thermal zones: the zone named for the
+/// CPU (or SoC) if there is one, else the first.
+fn cpu_celsius(thermal_dir: &Path) -> Option<f64> {
+    let mut zones: Vec<_> = std::fs::read_dir(thermal_dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("thermal_zone"))
+        })
+        .collect();
+    zones.sort();
+    let kind = |p: &PathBuf| {
+        std::fs::read_to_string(p.join("type"))
+            .unwrap_or_default()
+            .to_lowercase()
+    };
+    let zone = zones
+        .iter()
+        .find(|p| {
+            ["cpu", "soc", "x86_pkg"]
+                .iter()
+                .any(|k| kind(p).contains(k))
+        })
+        .or(zones.first())?;
+    let millis: f64 = std::fs::read_to_string(zone.join("temp"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(millis / 1000.0)
+}

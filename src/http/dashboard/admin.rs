@@ -1,0 +1,176 @@
+//! The operator's pages: accounts, plans, suspensions, usage, status.
+
+use super::*;
+
+pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&str]) -> Handled {
+    let get = matches!(method, Method::Get | Method::Head);
+    let post = *method == Method::Post;
+    match rest {
+        [] | [""] if get => accounts_page(cx, &NewAccount::default(), flash(request), 200),
+        ["status"] if get => Ok(html(200, view::status_page(cx.csrf(), &status_view(cx)))),
+        ["accounts"] if post => create_account(cx, &cx.fields(request)?),
+        ["accounts", name] if get => {
+            account_page(cx, name, &AccountForms::default(), flash(request), 200)
+        }
+        ["accounts", name, action] if post => {
+            let fields = cx.fields(request)?;
+            let (store, account) = (&cx.state.store, cx.state.store.account(name)?);
+            let done = match *action {
+                "plan" => match store.set_plan(&account.name, fields.get("plan")) {
+                    Err(StoreError::NoSuchPlan(..)) => {
+                        let forms = AccountForms {
+                            plan_error: Some("Choose one of the listed plans.".into()),
+                            ..Default::default()
+                        };
+                        return account_page(cx, name, &forms, None, 400);
+                    }
+                    other => other.map(|()| "plan")?,
+                },
+                "password" => {
+                    let password = fields.get("password");
+                    if let Err(why) = check_password_policy(password) {
+                        let forms = AccountForms {
+                            password_error: Some(why.into()),
+                            ..Default::default()
+                        };
+                        return account_page(cx, name, &forms, None, 400);
+                    }
+                    store.set_account_password(&account.name, &hash_password(password))?;
+                    log::info!("operator set the password of account {}", account.name);
+                    "password"
+                }
+                "suspension" => {
+                    let suspend = fields.get("suspended") == "true";
+                    store.set_suspended(&account.name, suspend, cx.now)?;
+                    let done = if suspend { "suspended" } else { "enabled" };
+                    log::info!("operator {done} account {}", account.name);
+                    done
+                }
+                _ => return Err(Failure::NotFound),
+            };
+            Ok(redirect(&format!(
+                "/admin/accounts/{}?done={done}",
+                account.name
+            )))
+        }
+        _ => Err(Failure::NotFound),
+    }
+}
+
+pub(super) fn accounts_page(
+    cx: &Ctx,
+    form: &NewAccount,
+    flash: Option<&str>,
+    status: u16,
+) -> Handled {
+    let month = Month::of_unix(cx.now);
+    let accounts = cx.state.store.accounts(month)?;
+    let plans = cx.state.store.plans()?;
+    let page = view::admin_accounts(cx.csrf(), month, &accounts, &plans, form, flash);
+    Ok(html(status, page))
+}
+
+pub(super) fn create_account(cx: &Ctx, fields: &Fields) -> Handled {
+    let store = &cx.state.store;
+    let mut form = NewAccount {
+        name: fields.get("name").trim().to_owned(),
+        plan: fields.get("plan").to_owned(),
+        ..Default::default()
+    };
+    let password = fields.get("password");
+    let name = AccountName::parse(&form.name);
+    if name.is_none() {
+        form.name_error = Some(ACCOUNT_NAME_RULE.into());
+    }
+    if !password.is_empty() {
+        form.password_error = check_password_policy(password).err().map(Into::into);
+    }
+    if let (Some(name), None) = (&name, &form.password_error) {
+        match store.create_account(name, &form.plan, cx.now) {
+            Ok(_) => {
+                if !password.is_empty() {
+                    store.set_account_password(name.as_str(), &hash_password(password))?;
+                }
+                log::info!("operator created account {name} on plan {}", form.plan);
+                return Ok(redirect(&format!("/admin/accounts/{name}?done=created")));
+            }
+            Err(StoreError::AccountExists(_)) => {
+                form.name_error = Some(format!("An account named {name} already exists."))
+            }
+            Err(StoreError::NoSuchPlan(..)) => {
+                form.name_error = Some("Choose one of the listed plans.".into())
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    accounts_page(cx, &form, None, 400)
+}
+
+pub(super) fn account_page(
+    cx: &Ctx,
+    name: &str,
+    forms: &AccountForms,
+    flash: Option<&str>,
+    status: u16,
+) -> Handled {
+    let store = &cx.state.store;
+    let account = store.account(name)?;
+    let month = Month::of_unix(cx.now);
+    let shown = AccountView {
+        used: store.usage(account.id, month)?,
+        keys: store.keys_of(account.id)?,
+        account,
+        month,
+    };
+    let plans = store.plans()?;
+    let page = view::admin_account(cx.csrf(), &shown, &plans, forms, flash);
+    Ok(html(status, page))
+}
+
+pub(super) fn status_view(cx: &Ctx) -> StatusView {
+    let (state, now) = (cx.state, cx.now);
+    let model = state.pipeline.default_model();
+    let inference = &model.inference;
+    let today = state.stats.today(now);
+    let (median_latency, latency_samples) = state.stats.median_latency();
+    let queue = &state.pipeline.queue;
+    StatusView {
+        model: model.spec.name.clone(),
+        engine: inference.engine_name(),
+        model_state: match inference.ready() {
+            Ok(()) => "loaded".into(),
+            Err(e) => e.to_string(),
+        },
+        model_load: state.stats.model_load(),
+        database: match state.database_writable() {
+            Ok(()) => "writable".into(),
+            Err(e) => format!("not writable: {e}"),
+        },
+        queue_depth: queue.depth(),
+        queue_capacity: queue.capacity(),
+        calls_today: today.calls,
+        client_errors_today: today.client_errors,
+        server_errors_today: today.server_errors,
+        median_latency,
+        latency_samples,
+        led: led_description(state),
+        uptime: state.stats.uptime(),
+        version: env!("CARGO_PKG_VERSION"),
+        cpu_celsius: state.cpu_celsius(),
+        https: state
+            .tls
+            .as_ref()
+            .map(|t| (t.addr.port(), t.fingerprint.clone())),
+        board: state.board.clone(),
+        engine_note: state.engine_note.clone(),
+        bench: crate::bench::Report::load(&state.data_dir),
+    }
+}
+
+pub(super) fn led_description(state: &AppState) -> String {
+    let shows = state.led_state().name();
+    match state.led_backend.as_str() {
+        "none" => format!("no LED configured (the appliance is {shows})"),
+        backend => format!("{shows} ({backend} LED)"),
+    }
+}
