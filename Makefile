@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: binfmt test-board test-tiny-http run test models onnxruntime quantize bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: check binfmt test-board test-tiny-http run test models onnxruntime quantize bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -48,6 +48,17 @@ eval: models onnxruntime quantize
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+
+# The quick loop while changing code: formatting, lints, the unit tests and
+# the API tests, less those that need root (disk.rs mounts a filesystem) and
+# the two that run for minutes by design (the soak, and every model on every
+# dev photo through both engines). `make test` runs everything.
+check: models onnxruntime
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) test --lib
+	$(CARGO) test --test api -- --skip disk:: --skip soak:: \
+		--skip engines::tract_and_onnxruntime_give_the_same_matte_on_every_dev_photo
 
 test: models onnxruntime quantize lint deny
 	$(CARGO) test

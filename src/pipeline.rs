@@ -646,8 +646,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn auto_blends_its_views_then_levels_them_and_general_runs_one() {
+    /// IS-Net as `type=auto`, `general` and `person`, blending U2NetP in;
+    /// no loader: each test sets the engines.
+    fn isnet_blending_u2netp() -> Pipeline {
         let manifest = crate::engine::Manifest::builtin();
         let isnet = manifest.require(Some("isnet")).unwrap().clone();
         let u2netp = manifest.require(Some("u2netp")).unwrap().clone();
@@ -657,7 +658,20 @@ mod tests {
             general: isnet,
             blended: vec![u2netp],
         };
-        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        Pipeline::new(models, None, 1, 0, u64::MAX)
+    }
+
+    fn black_png(width: u32, height: u32) -> Vec<u8> {
+        let mut png = Vec::new();
+        DynamicImage::ImageRgb8(image::RgbImage::new(width, height))
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        png
+    }
+
+    #[test]
+    fn auto_blends_its_views_then_levels_them_and_general_runs_one() {
+        let pipeline = isnet_blending_u2netp();
         let ready = |i: usize, value: f32, square: f32| {
             let engine = std::sync::Arc::new(Fill { value, square });
             pipeline.models[i].inference.set(Readiness::Ready(engine));
@@ -665,13 +679,7 @@ mod tests {
         // IS-Net: 0.4 at the photo's aspect, 1.0 squashed; U2NetP: 0.
         ready(0, 0.4, 1.0);
         ready(1, 0.0, 0.0);
-        let mut photo = Vec::new();
-        DynamicImage::ImageRgb8(image::RgbImage::new(400, 300))
-            .write_to(
-                &mut std::io::Cursor::new(&mut photo),
-                image::ImageFormat::Png,
-            )
-            .unwrap();
+        let photo = black_png(400, 300);
         let cut_out = |subject| {
             let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
             let cut = pipeline
@@ -720,29 +728,14 @@ mod tests {
 
     #[test]
     fn auto_drops_the_parts_far_smaller_than_its_subject_and_general_keeps_them() {
-        let manifest = crate::engine::Manifest::builtin();
-        let isnet = manifest.require(Some("isnet")).unwrap().clone();
-        let u2netp = manifest.require(Some("u2netp")).unwrap().clone();
-        assert_eq!(isnet.smallest_part, Some(0.2));
-        let models = Models {
-            auto: isnet.clone(),
-            person: isnet.clone(),
-            general: isnet,
-            blended: vec![u2netp],
-        };
-        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        let pipeline = isnet_blending_u2netp();
+        assert_eq!(pipeline.models[0].spec.smallest_part, Some(0.2));
         for model in &pipeline.models {
             model
                 .inference
                 .set(Readiness::Ready(std::sync::Arc::new(HalfAndCorner)));
         }
-        let mut photo = Vec::new();
-        DynamicImage::ImageRgb8(image::RgbImage::new(400, 300))
-            .write_to(
-                &mut std::io::Cursor::new(&mut photo),
-                image::ImageFormat::Png,
-            )
-            .unwrap();
+        let photo = black_png(400, 300);
         let alpha = |subject, (x, y)| {
             let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
             let cut = pipeline
