@@ -12,6 +12,7 @@ pub mod allocator;
 pub mod app;
 pub mod bench;
 pub mod board;
+pub mod cli;
 
 pub mod clock;
 pub mod config;

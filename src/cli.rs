@@ -1,0 +1,510 @@
+//! The command line: what each command and option means, and what each
+//! command does. `main.rs` parses it and maps errors to exit codes.
+
+use crate::board::{Board, Installed};
+use crate::clock::Clock;
+use crate::config::{Config, Settings, DEFAULT_CONFIG_FILE, DEFAULT_MODELS_DIR};
+use crate::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectType};
+use crate::engine::{EngineKind, Manifest, OnnxRuntimeTrial};
+use crate::pipeline::{Loader, Pipeline};
+use crate::secrets::{check_password_policy, hash_password};
+use crate::store::Store;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Background-removal appliance: POST a photo, get a transparent PNG cut-out"
+)]
+pub struct Cli {
+    /// The configuration file [default: /etc/cutout/cutout.toml if it exists].
+    #[arg(long, global = true, env = "CUTOUT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where the SQLite database lives [env: CUTOUT_DATA_DIR; default: ./data].
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// Where the model files are (see `make models`) [env: CUTOUT_MODELS_DIR; default: ./models].
+    #[arg(long, global = true)]
+    models_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API.
+    Serve {
+        /// The address to serve on [env: CUTOUT_LISTEN; default: 127.0.0.1:8080].
+        #[arg(long)]
+        listen: Option<String>,
+        /// A model from the manifest: isnet, isnet-int8 (onnxruntime only), modnet, u2netp [env: CUTOUT_MODEL].
+        #[arg(long)]
+        model: Option<String>,
+        /// tract (built in) or onnxruntime (faster; `make onnxruntime`) [env: CUTOUT_ENGINE; default: tract].
+        #[arg(long)]
+        engine: Option<EngineKind>,
+        /// On an empty database, create account `demo` and print a key for it.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Manage accounts.
+    #[command(subcommand)]
+    Account(AccountCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Show an account's usage this month, or correct it with `usage set`.
+    #[command(args_conflicts_with_subcommands = true)]
+    Usage {
+        account: Option<String>,
+        #[command(subcommand)]
+        set: Option<UsageCommand>,
+    },
+    /// The operator's dashboard sign-in.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// The HTTPS certificate.
+    #[command(subcommand)]
+    Tls(TlsCommand),
+    /// Cut out images offline, without a key: `remove IN OUT.png`, or
+    /// `remove IN... DIR` (each to DIR/<name>.png, the model loaded once).
+    Remove {
+        #[arg(required = true, num_args = 2..)]
+        paths: Vec<PathBuf>,
+        #[arg(long, default_value = "auto")]
+        size: String,
+        /// auto (the configured model), person or general.
+        #[arg(long = "type", default_value = "auto")]
+        subject: String,
+        #[arg(long)]
+        model: Option<String>,
+        /// tract or onnxruntime [env: CUTOUT_ENGINE; default: tract].
+        #[arg(long)]
+        engine: Option<EngineKind>,
+    },
+    /// Time one 12 MP cut-out with each installed model on each engine, with
+    /// its peak memory, and recommend a configuration for this board. The
+    /// Status page shows the last result.
+    Bench {
+        /// The time budget: a measurement still running then is stopped, and
+        /// those not yet started are skipped.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Also write the 12 MP photo it measures with here (a JPEG).
+        #[arg(long)]
+        save_photo: Option<PathBuf>,
+    },
+    /// One measurement of `bench`, in a process of its own.
+    #[command(hide = true)]
+    BenchOne {
+        model: String,
+        engine: EngineKind,
+        photo: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum AccountCommand {
+    Create {
+        name: String,
+        #[arg(long)]
+        plan: String,
+    },
+    List,
+    SetPlan {
+        name: String,
+        plan: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Prints the new key alone on the last line; it is shown only this once.
+    Create {
+        account: String,
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    List {
+        account: String,
+    },
+    Revoke {
+        key_or_prefix: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Set the password of the dashboard's `admin`, read from stdin (not
+    /// echoed on a terminal). Signs the operator out everywhere.
+    SetPassword,
+}
+
+#[derive(Subcommand)]
+enum TlsCommand {
+    /// Print the SHA-256 fingerprint of the certificate HTTPS serves, for
+    /// a booth to pin.
+    Fingerprint,
+}
+
+#[derive(Subcommand)]
+enum UsageCommand {
+    /// Set this month's count (an operator's correction; it is logged).
+    Set {
+        account: String,
+        #[arg(long)]
+        count: u32,
+    },
+}
+
+/// Settings from the command line over `CUTOUT_*` variables over the file.
+fn settings(cli: &Cli) -> Result<Settings> {
+    let file = match &cli.config {
+        Some(path) => Config::read(path, true)?,
+        None => Config::read(DEFAULT_CONFIG_FILE.as_ref(), false)?,
+    };
+    let vars = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let env = Config::from_env(vars, &["CUTOUT_CONFIG"])?;
+    let (listen, model, engine) = match &cli.command {
+        Command::Serve {
+            listen,
+            model,
+            engine,
+            ..
+        } => (listen.clone(), model.clone(), *engine),
+        Command::Remove { model, engine, .. } => (None, model.clone(), *engine),
+        _ => (None, None, None),
+    };
+    let command_line = Config {
+        listen,
+        model,
+        engine,
+        data_dir: cli.data_dir.clone(),
+        models_dir: cli.models_dir.clone(),
+        ..Config::default()
+    };
+    let config = command_line.over(env.over(file));
+    if !matches!(cli.command, Command::Serve { .. } | Command::Remove { .. }) {
+        return Ok(Settings::from_config(config)?);
+    }
+    // What no layer set comes from the board.
+    let board = Board::detect();
+    let models_dir = config
+        .models_dir
+        .clone()
+        .unwrap_or_else(|| DEFAULT_MODELS_DIR.into());
+    let installed = Installed::find(&models_dir, config.onnxruntime.library.as_deref());
+    let defaults = board.defaults(&installed);
+    let mut settings = Settings::from_config(config.over(defaults.as_config()))?;
+    settings.board = Some((board, defaults));
+    if matches!(cli.command, Command::Serve { .. }) {
+        fall_back_from_a_crashing_onnxruntime(&mut settings);
+    }
+    Ok(settings)
+}
+
+/// Where ONNX Runtime crashed the last starts, this one serves with tract
+/// (engine/trial.rs), an int8 model with the f32 one it was made from.
+fn fall_back_from_a_crashing_onnxruntime(settings: &mut Settings) {
+    if settings.engine.kind != EngineKind::Onnxruntime {
+        return;
+    }
+    let Some(why) = OnnxRuntimeTrial::new(&settings.data_dir).refusal() else {
+        return;
+    };
+    log::error!("{why}");
+    settings.engine.kind = EngineKind::Tract;
+    let manifest = Manifest::builtin();
+    if let Some(spec) = manifest.model(settings.model.as_deref()) {
+        if spec.int8 {
+            settings.model = spec.variant_of.clone();
+        }
+    }
+    settings.engine_note = Some(why);
+}
+
+/// Runs the command `cli` names.
+pub fn run(cli: Cli) -> Result<()> {
+    let settings = settings(&cli)?;
+    let clock = Clock::default();
+    let now = clock.now_unix();
+    let data_dir = settings.data_dir.clone();
+    let store =
+        || Store::open(&data_dir).with_context(|| format!("opening {}", data_dir.display()));
+    match cli.command {
+        Command::Serve { demo, .. } => crate::serve::serve(settings, demo),
+        Command::Bench {
+            seconds,
+            save_photo,
+        } => bench(&settings, now, seconds, save_photo.as_deref()),
+        Command::BenchOne {
+            model,
+            engine,
+            photo,
+        } => {
+            let (load, seconds, peak_kib) =
+                crate::bench::measure_one(&settings, &model, engine, &photo)?;
+            println!("{load:.3} {seconds:.3} {peak_kib}");
+            Ok(())
+        }
+        Command::Account(AccountCommand::Create { name, plan }) => {
+            let name = AccountName::parse(&name)
+                .ok_or_else(|| anyhow!("{}", crate::domain::ACCOUNT_NAME_RULE))?;
+            store()?.create_account(&name, &plan, now)?;
+            println!("created account {name} on plan {plan}");
+            Ok(())
+        }
+        Command::Account(AccountCommand::List) => {
+            println!(
+                "{:<24} {:<10} {:>8} {:>8} {:>6}",
+                "ACCOUNT", "PLAN", "USED", "LIMIT", "CONC"
+            );
+            for (a, used) in store()?.accounts(Month::of_unix(now))? {
+                let limit = a.plan.monthly_limit.map_or("-".into(), |l| l.to_string());
+                println!(
+                    "{:<24} {:<10} {used:>8} {limit:>8} {:>6}",
+                    a.name, a.plan.name, a.plan.concurrency
+                );
+            }
+            Ok(())
+        }
+        Command::Account(AccountCommand::SetPlan { name, plan }) => {
+            store()?.set_plan(&name, &plan)?;
+            println!("account {name} is now on plan {plan}");
+            Ok(())
+        }
+        Command::Key(KeyCommand::Create { account, label }) => {
+            let label = KeyLabel::parse(&label)
+                .ok_or_else(|| anyhow!("--label: {}", crate::domain::KEY_LABEL_RULE))?;
+            let key = store()?.create_key(&account, label.as_str(), now)?;
+            eprintln!("new key for {account} (shown only now; store it safely):");
+            println!("{}", key.expose());
+            Ok(())
+        }
+        Command::Key(KeyCommand::List { account }) => {
+            println!(
+                "{:<14} {:<20} {:<12} {:<12} STATUS",
+                "PREFIX", "LABEL", "CREATED", "LAST USED"
+            );
+            for k in store()?.keys(&account)? {
+                let status = if k.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "active"
+                };
+                let last = k.last_used_at.map_or("never".into(), utc_date);
+                println!(
+                    "{:<14} {:<20} {:<12} {last:<12} {status}",
+                    k.prefix,
+                    k.label,
+                    utc_date(k.created_at)
+                );
+            }
+            Ok(())
+        }
+        Command::Key(KeyCommand::Revoke { key_or_prefix }) => {
+            store()?.revoke_key(&key_or_prefix, now)?;
+            println!("revoked");
+            Ok(())
+        }
+        Command::Usage {
+            account: Some(account),
+            set: None,
+        } => {
+            let store = store()?;
+            let a = store.account(&account)?;
+            let month = Month::of_unix(now);
+            let used = store.usage(a.id, month)?;
+            let limit = a
+                .plan
+                .monthly_limit
+                .map_or("unlimited".into(), |l| l.to_string());
+            println!("{account} {month}: {used} of {limit}");
+            Ok(())
+        }
+        Command::Usage {
+            set: Some(UsageCommand::Set { account, count }),
+            ..
+        } => {
+            let store = store()?;
+            let month = Month::of_unix(now);
+            let before = store.usage(store.account(&account)?.id, month)?;
+            store.set_usage(&account, month, count)?;
+            log::warn!("operator set usage of {account} for {month} from {before} to {count}");
+            println!("{account} {month}: {count}");
+            Ok(())
+        }
+        Command::Usage {
+            account: None,
+            set: None,
+        } => bail!("name an account: cutout usage ACCOUNT"),
+        Command::Admin(AdminCommand::SetPassword) => {
+            let store = store()?;
+            let password = read_new_password()?;
+            check_password_policy(&password).map_err(|why| anyhow!("{why}"))?;
+            store.set_admin_password(&hash_password(&password), now)?;
+            log::warn!("operator password set from the command line");
+            println!("The password of `admin` is set; sign in to the dashboard with it.");
+            Ok(())
+        }
+        Command::Tls(TlsCommand::Fingerprint) => {
+            let certificate = crate::tls::existing(settings.tls.as_ref(), &settings.data_dir)?;
+            println!("{}", certificate.fingerprint);
+            Ok(())
+        }
+        Command::Remove {
+            mut paths,
+            size,
+            subject,
+            ..
+        } => {
+            let output = paths.pop().expect("clap requires two paths");
+            remove(&settings, &paths, &output, &size, &subject)
+        }
+    }
+}
+
+/// One line from stdin: typed at a terminal (twice, not echoed) or piped in.
+fn read_new_password() -> Result<String> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        eprint!("New admin password: ");
+        let first = rpassword::read_password()?;
+        eprint!("The same again: ");
+        if rpassword::read_password()? != first {
+            bail!("the two passwords differ");
+        }
+        return Ok(first);
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        bail!("no password on stdin (try: echo 'my password' | cutout admin set-password)");
+    }
+    Ok(password.to_owned())
+}
+
+fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>) -> Result<()> {
+    use crate::bench;
+    std::fs::create_dir_all(&settings.data_dir)
+        .with_context(|| format!("creating {}", settings.data_dir.display()))?;
+    let photo_path = match save_photo {
+        Some(path) => path.to_path_buf(),
+        None => settings.data_dir.join("bench-photo.jpg"),
+    };
+    std::fs::write(&photo_path, bench::test_photo())
+        .with_context(|| format!("writing {}", photo_path.display()))?;
+    eprintln!(
+        "one 12 MP photo per model and engine, within {seconds} s; each runs in a process of its own"
+    );
+    let report = bench::run(
+        settings,
+        now,
+        std::time::Duration::from_secs(seconds),
+        &photo_path,
+        |row| {
+            eprintln!("  {}", row.line());
+        },
+    );
+    if save_photo.is_none() {
+        let _ = std::fs::remove_file(&photo_path);
+    }
+    let report = report?;
+    println!("board: {}", report.board);
+    for line in report.lines() {
+        println!("{line}");
+    }
+    match &report.recommended {
+        Some((model, engine)) => println!(
+            "recommended for this board (in /etc/cutout/cutout.toml):\nmodel = \"{model}\"\nengine = \"{engine}\""
+        ),
+        None => println!("no general model fits this board's memory with room to spare"),
+    }
+    report
+        .save(&settings.data_dir)
+        .with_context(|| format!("saving the report in {}", settings.data_dir.display()))?;
+    Ok(())
+}
+
+/// Demo mode, on an empty database only: account `demo` on Pro and one key.
+fn remove(
+    settings: &Settings,
+    inputs: &[PathBuf],
+    output: &Path,
+    size: &str,
+    subject: &str,
+) -> Result<()> {
+    let size =
+        SizeMode::parse(size).ok_or_else(|| anyhow!("--size must be auto, preview or full"))?;
+    let subject = SubjectType::parse(subject)
+        .ok_or_else(|| anyhow!("--type must be auto, person or general"))?;
+    let into_dir = inputs.len() > 1 || output.is_dir();
+    if inputs.len() > 1 && !output.is_dir() {
+        bail!(
+            "{} must be a folder when there are several inputs",
+            output.display()
+        );
+    }
+    let models =
+        Manifest::builtin().models_for(settings.model.as_deref(), settings.general_fits())?;
+    let loader = Loader {
+        models_dir: settings.models_dir.clone(),
+        engine: settings.engine.clone(),
+        trial: None,
+    };
+    let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
+    // Loaded before the first photo, so that its time is not the photo's.
+    let loaded = pipeline.load(subject).unwrap_or_default();
+    let model = pipeline.model(subject);
+    model.inference.ready().map_err(|e| anyhow!("{e}"))?;
+    eprintln!(
+        "model {} loaded on {} in {:.2} s",
+        model.spec.name,
+        model.inference.engine_name().unwrap_or("?"),
+        loaded.as_secs_f64()
+    );
+    for input in inputs {
+        let output = if into_dir {
+            // `photo.v2.jpg` becomes `photo.v2.png`, not `photo.png`.
+            let mut name = input.file_stem().unwrap_or(input.as_os_str()).to_owned();
+            name.push(".png");
+            output.join(name)
+        } else {
+            output.to_path_buf()
+        };
+        let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
+        let started = Instant::now();
+        let place = pipeline.queue.join(0).expect("an empty queue has room");
+        let cut = pipeline
+            .cut_out(place, &bytes, size, subject)
+            .map_err(|e| anyhow!("{}: {}: {}", input.display(), e.code(), e.detail()))?;
+        let took = started.elapsed();
+        std::fs::write(&output, &cut.png)
+            .with_context(|| format!("writing {}", output.display()))?;
+        let steps: Vec<String> = cut
+            .timings
+            .iter()
+            .map(|(step, t)| format!("{step} {:.0} ms", t.as_secs_f64() * 1000.0))
+            .collect();
+        eprintln!(
+            "wrote {} ({}x{}) with {} on {} in {:.2} s ({})",
+            output.display(),
+            cut.width,
+            cut.height,
+            cut.model,
+            pipeline
+                .model(subject)
+                .inference
+                .engine_name()
+                .unwrap_or("?"),
+            took.as_secs_f64(),
+            steps.join(", ")
+        );
+    }
+    Ok(())
+}
