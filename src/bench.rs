@@ -8,7 +8,7 @@ use crate::board::{Board, Installed};
 use crate::config::Settings;
 use crate::domain::{SizeMode, SubjectType};
 use crate::engine::{EngineChoice, EngineKind, Manifest};
-use crate::pipeline::{Loader, Models, Pipeline};
+use crate::pipeline::{Loader, Pipeline};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
@@ -304,16 +304,12 @@ pub fn measure_one(
     engine: EngineKind,
     photo: &Path,
 ) -> Result<(f64, f64, u64)> {
-    let manifest = Manifest::builtin();
-    let spec = manifest
-        .model(Some(model))
-        .ok_or_else(|| anyhow!("no model {model:?} in the manifest"))?
-        .clone();
-    // As `type=auto` serves it, with the views it blends; without the
-    // second opinion, which only some photos ask for.
-    let mut models = Models::one(spec.clone());
-    models.auto = spec;
-    models.blended = manifest.models_for(Some(model), true)?.blended;
+    // As `type=auto` serves it, with the views it blends. Every other type
+    // is this model too, so the second opinion, which only some photos ask
+    // for, never runs.
+    let mut models = Manifest::builtin().models_for(Some(model), true)?;
+    models.person = models.auto.clone();
+    models.general = models.auto.clone();
     let loader = Loader {
         models_dir: settings.models_dir.clone(),
         engine: EngineChoice {

@@ -72,22 +72,19 @@ const BOARDS: [Board; 3] = [
     },
 ];
 
-/// The two requests each board serves at once, as files in `dir`: for the
-/// board's model (`type=strip_type`), a 481×120 strip of a dev-set photo, as
-/// IS-Net scales any photo to 1024 wide and a 4:1 strip keeps its input at
-/// 1024×256, a third of a 3:2 photo's, so that emulation stays within
-/// minutes; for MODNet (`type=person`, loaded on first use), a 481×321
-/// photo as it is.
-fn requests(dir: &Path, strip_type: &'static str) -> [(PathBuf, &'static str); 2] {
+/// The photos of the two requests each board serves at once, as files in
+/// `dir`: for the board's model (`type=strip_type`), a 481×120 strip of a
+/// dev-set photo, as IS-Net scales any photo to 1024 wide and a 4:1 strip
+/// keeps its input at 1024×256, a third of a 3:2 photo's, so that emulation
+/// stays within minutes; for MODNet (`type=person`, loaded on first use), a
+/// 481×321 photo as it is.
+fn request_photos(dir: &Path) -> [PathBuf; 2] {
     let shared = root().join("../shared/eval/dev/grabcut/images");
     let photo = image::open(shared.join("106024.jpg")).unwrap();
     let strip = photo.crop_imm(0, (photo.height() - 120) / 2, photo.width(), 120);
     let strip_path = dir.join("strip.jpg");
     strip.to_rgb8().save(&strip_path).unwrap();
-    [
-        (strip_path, strip_type),
-        (shared.join("153077.jpg"), "person"),
-    ]
+    [strip_path, shared.join("153077.jpg")]
 }
 
 fn root() -> &'static Path {
@@ -409,12 +406,10 @@ fn the_cpu_models_refuse_an_instruction_their_cores_lack() {
 #[ignore = "make test-board"]
 fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
     let dir = tempfile::tempdir().unwrap();
+    let paths = request_photos(dir.path());
+    let photos = paths.clone().map(|path| std::fs::read(path).unwrap());
     for board in &BOARDS {
-        let requests = requests(dir.path(), board.strip_type);
-        let photos: Vec<Vec<u8>> = requests
-            .iter()
-            .map(|(path, _)| std::fs::read(path).unwrap())
-            .collect();
+        let requests = [(&paths[0], board.strip_type), (&paths[1], "person")];
         let started = Instant::now();
         let data = tempfile::tempdir().unwrap();
         packaged_config(data.path(), &board_models());

@@ -80,10 +80,7 @@ pub struct DashboardState {
 
 impl DashboardState {
     pub fn setup_token(&self) -> Option<String> {
-        self.setup_token
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.setup_token_lock().clone()
     }
 
     /// Held while the link is checked and used, so that two uses cannot

@@ -3,22 +3,36 @@
 
 use crate::helpers::*;
 use image::{GrayImage, RgbaImage};
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `cutout remove` on the test models with `args` (inputs, output,
-/// options); its stderr, once it succeeded.
-fn remove<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+/// `cutout remove` of `photos` into `output` (a file, or a folder for
+/// several) on the test models, with `options`; its stderr, once it
+/// succeeded.
+fn remove(photos: &[PathBuf], output: &Path, options: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
         .args(["--models-dir".as_ref(), models_dir().as_os_str()])
         .arg("remove")
-        .args(args)
+        .args(photos)
+        .arg(output)
+        .args(options)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     stderr
+}
+
+/// `remove`'s options for IS-Net on ONNX Runtime with `type`.
+fn isnet_on_onnxruntime(subject: &str) -> [&str; 6] {
+    [
+        "--model",
+        "isnet",
+        "--engine",
+        "onnxruntime",
+        "--type",
+        subject,
+    ]
 }
 
 fn grabcut() -> PathBuf {
@@ -76,11 +90,10 @@ fn the_int8_isnet_cuts_out_as_the_f32_one_does() {
     let cut_out = |model: &str| {
         let output = dir.path().join(format!("{model}.png"));
         let photo = set.join("images/106024.jpg");
-        let options = ["--model", model, "--engine", "onnxruntime"];
         remove(
-            [photo.as_os_str(), output.as_os_str()]
-                .into_iter()
-                .chain(options.map(OsStr::new)),
+            &[photo],
+            &output,
+            &["--model", model, "--engine", "onnxruntime"],
         );
         image::open(output).unwrap().to_rgba8()
     };
@@ -144,16 +157,7 @@ fn isnet_asks_modnet_where_unsure_and_keeps_a_surer_matte_of_the_same_subject() 
         let output = dir.path().join(subject);
         std::fs::create_dir(&output).unwrap();
         let photos = ["GT01", "GT23", "GT26"].map(|n| set.join(format!("images/{n}.png")));
-        let options = [
-            "--model",
-            "isnet",
-            "--engine",
-            "onnxruntime",
-            "--type",
-            subject,
-        ];
-        let paths = photos.iter().chain([&output]).map(|p| p.as_os_str());
-        let stderr = remove(paths.chain(options.map(OsStr::new)));
+        let stderr = remove(&photos, &output, &isnet_on_onnxruntime(subject));
         (output, stderr)
     };
     let line = |stderr: &str, photo: &str| -> String {
@@ -212,16 +216,7 @@ fn the_blend_of_views_cuts_out_what_isnet_alone_gets_wrong() {
     let error = |subject: &str| {
         let output = dir.path().join(format!("{subject}.png"));
         let photo = set.join("images/299091.jpg");
-        let options = [
-            "--model",
-            "isnet",
-            "--engine",
-            "onnxruntime",
-            "--type",
-            subject,
-        ];
-        let paths = [photo.as_os_str(), output.as_os_str()];
-        let stderr = remove(paths.into_iter().chain(options.map(OsStr::new)));
+        let stderr = remove(&[photo], &output, &isnet_on_onnxruntime(subject));
         let cut = image::open(output).unwrap().to_rgba8();
         let sum: u64 = cut
             .pixels()

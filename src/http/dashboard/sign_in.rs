@@ -140,13 +140,9 @@ pub(super) fn setup_token_matches(
             .is_some_and(|e| constant_time_eq(e, token)))
 }
 
-pub(super) fn setup_token(state: &AppState) -> std::sync::MutexGuard<'_, Option<String>> {
-    state.dashboard.setup_token_lock()
-}
-
 pub(super) fn setup_form(state: &AppState, request: &Request) -> Handled {
     let token = query(request, "token").unwrap_or_default();
-    if !setup_token_matches(state, &setup_token(state), &token)? {
+    if !setup_token_matches(state, &state.dashboard.setup_token_lock(), &token)? {
         return Ok(setup_gone());
     }
     let (csrf, set) = form_token(request);
@@ -169,7 +165,7 @@ pub(super) fn setup(state: &AppState, request: &mut Request, now: i64) -> Handle
     }
     let token = fields.get("token");
     // Held until the password is stored, so two submissions cannot both win.
-    let mut expected = setup_token(state);
+    let mut expected = state.dashboard.setup_token_lock();
     let valid = setup_token_matches(state, &expected, token)?;
     if !valid {
         return Ok(setup_gone());
