@@ -47,7 +47,7 @@ eval: models onnxruntime quantize
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # The quick loop while changing code: formatting, lints, the unit tests and
 # the API tests, less those that need root (disk.rs mounts a filesystem) and
@@ -55,13 +55,13 @@ lint:
 # dev photo through both engines). `make test` runs everything.
 check: models onnxruntime
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) test --lib
-	$(CARGO) test --test api -- --skip disk:: --skip soak:: \
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --workspace --lib
+	$(CARGO) test --workspace --test api -- --skip disk:: --skip soak:: \
 		--skip engines::tract_and_onnxruntime_give_the_same_matte_on_every_dev_photo
 
 test: models onnxruntime quantize lint deny
-	$(CARGO) test
+	$(CARGO) test --workspace
 	$(MAKE) test-tiny-http
 	$(MAKE) e2e unit-check test-aarch64 test-board test-deb
 
@@ -76,7 +76,7 @@ test-tiny-http:
 # `cargo test --no-run` builds the same binary the API tests run (with the
 # test build's features), so no second build of the dependencies.
 e2e: models
-	$(CARGO) test --no-run
+	$(CARGO) test --workspace --no-run
 	cd tests/e2e && npm ci --no-audit --no-fund
 	node tests/e2e/dashboard.mjs target/debug/cutout
 
@@ -100,19 +100,19 @@ aarch64:
 # model run under qemu-aarch64. No model runs there, so the dependencies
 # are built unoptimised (profile arm-check); test-board runs the models.
 test-aarch64: models binfmt
-	$(ARM) $(CARGO) test --no-run --profile arm-check --target $(AARCH64)
+	$(ARM) $(CARGO) test --workspace --no-run --profile arm-check --target $(AARCH64)
 	@echo "not run under qemu-user: a_large_block_asks_for_huge_pages (qemu writes its own" \
 		"/proc/self/smaps, whose VmFlags never show the huge-page advice);" \
 		"the_test_photo_is_12_megapixels_under_the_upload_limit (it encodes 12 MP JPEGs" \
 		"with unoptimised dependencies: most of an hour emulated)"
-	$(ARM) $(CARGO) test --lib --profile arm-check --target $(AARCH64) -- \
+	$(ARM) $(CARGO) test --workspace --lib --profile arm-check --target $(AARCH64) -- \
 		--skip a_large_block_asks_for_huge_pages \
 		--skip the_test_photo_is_12_megapixels_under_the_upload_limit
 	sh tests/aarch64-smoke.sh target/aarch64/$(AARCH64)/arm-check/cutout
 	@echo "threaded API tests under qemu-aarch64 that run no model (the aarch64 server" \
 		"binary they start runs through qemu's binfmt handler); TEST_UNDER_QEMU: the" \
 		"server's memory under 2,000 connections is not checked, as its RSS is qemu's"
-	TEST_UNDER_QEMU=1 $(ARM) $(CARGO) test --test api --profile arm-check --target $(AARCH64) -- \
+	TEST_UNDER_QEMU=1 $(ARM) $(CARGO) test --workspace --test api --profile arm-check --target $(AARCH64) -- \
 		connections dashboard::sign_in dashboard::parallel_guesses dashboard::a_stranger
 
 # Tests that start an aarch64 program as a child process need the kernel to
@@ -132,7 +132,7 @@ test-board: models quantize aarch64
 	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir $(BOARD_MODELS)
 	for m in isnet isnet-int8 modnet u2netp; do ln -sf $(CURDIR)/models/$$m.onnx $(BOARD_MODELS)/; done
 	TEST_BOARD_BINARY=target/aarch64/$(AARCH64)/release/cutout TEST_BOARD_MODELS=$(BOARD_MODELS) \
-		$(CARGO) test --test board -- --ignored --test-threads=1 --nocapture
+		$(CARGO) test --workspace --test board -- --ignored --test-threads=1 --nocapture
 
 # Debian packages (cargo-deb): binary, unit, cutout.toml, models, ONNX
 # Runtime's library for the package's architecture, postinst.
@@ -169,7 +169,7 @@ FAST_INSTALL := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_OPT_LEVEL=
 # binary: only 200s, memory and open files flat (tests/api/soak.rs; `make
 # test` runs it for 2 minutes). SOAK_ENGINE=tract soaks tract.
 soak: models onnxruntime
-	SOAK_SECS=1800 $(CARGO) test --test api soak -- --nocapture
+	SOAK_SECS=1800 $(CARGO) test --workspace --test api soak -- --nocapture
 
 # cargo-fuzz (nightly) on the multipart parser and the decoder, FUZZ_SECS
 # each, from the seed corpus examples/fuzz_seeds.rs writes. A crash is saved

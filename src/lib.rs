@@ -3,9 +3,8 @@
 //! HTTP (docs/architecture.md; each file's header).
 #![deny(unsafe_code)]
 
-// `unsafe` is here, as an allocator cannot be written without it, and in
-// `engine::tract::im2col`, which fills buffers tract hands it by pointer,
-// and `engine::tract::planes`, which writes tensors tract makes unzeroed.
+// `unsafe` is here only in the allocator, which cannot be written without it
+// (and in crates/tract-planned, which writes into tract's buffers).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod allocator;

@@ -13,7 +13,8 @@ mod trial;
 pub use inference::{InferError, Inference, Readiness};
 pub use manifest::{Blend, InputSpec, Manifest, ModelSpec, Models, OutputKind, RuntimeSpec};
 pub use onnxruntime::OnnxRuntimeEngine;
-pub use tract::{Replaced, TractEngine};
+pub use tract::TractEngine;
+pub use tract_planned::Replaced;
 pub use trial::{OnnxRuntimeTrial, TRIAL_FILE};
 
 use anyhow::{bail, Context, Result};

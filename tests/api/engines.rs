@@ -111,7 +111,7 @@ fn a_fixed_size_model_on_tract_runs_at_its_size_and_refuses_others() {
     );
 }
 
-/// cutout's passes over tract's plan (src/engine/tract/) replace these many
+/// cutout's passes over tract's plan (crates/tract-planned) replace these many
 /// nodes in each shipped model at the sizes it runs at. A pass that stops
 /// applying, after a tract update or on a model exported anew, fails here
 /// instead of only making the model slower.

@@ -7,8 +7,8 @@
 
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
+use tract_core::internal::*;
 use tract_linalg::multithread::{current_tract_executor, Executor};
-use tract_onnx::prelude::*;
 
 /// An f32 tensor of `output`'s NCHW shape, each of its planes written by
 /// `fill` from the same plane of `inputs` (shapes `planned`) joined on the
@@ -22,7 +22,7 @@ pub(super) fn plane_by_plane<S>(
     scratch: impl Fn() -> S + Send + Sync,
     fill: impl Fn(&mut S, usize, &[f32], &mut [MaybeUninit<f32>]) + Send + Sync,
 ) -> TractResult<Tensor> {
-    anyhow::ensure!(
+    ensure!(
         inputs.len() == planned.len()
             && inputs
                 .iter()
@@ -46,7 +46,7 @@ pub(super) fn plane_by_plane<S>(
         }
     }
     let plane = output[2] * output[3];
-    anyhow::ensure!(
+    ensure!(
         planes.len() == output[0] * output[1] && plane > 0,
         "{planned:?} do not join into {output:?}"
     );

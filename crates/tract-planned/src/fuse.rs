@@ -15,14 +15,12 @@
 //! residual sums").
 
 use super::read_once;
+use tract_core::internal::*;
+use tract_core::ops::binary::{OptBinByScalar, OptBinChain, OptBinUnicast, TypedBinOp};
+use tract_core::ops::change_axes::IntoShape;
+use tract_core::ops::math::Add;
+use tract_core::ops::matmul::optimized::{MapOutputAxisToInput, OptMatMul, ProtoFusedSpec};
 use tract_linalg::mmm::OutputStoreSpec;
-use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::binary::{OptBinByScalar, OptBinChain, OptBinUnicast, TypedBinOp};
-use tract_onnx::tract_core::ops::change_axes::IntoShape;
-use tract_onnx::tract_core::ops::math::Add;
-use tract_onnx::tract_core::ops::matmul::optimized::{
-    MapOutputAxisToInput, OptMatMul, ProtoFusedSpec,
-};
 
 /// Fuses into its matrix product each operation with a scalar, and each
 /// sum with a tensor of the output's shape, that follows a product's
@@ -211,9 +209,9 @@ fn fused_sum(model: &mut TypedModel, id: usize) -> TractResult<Option<Option<usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::{assert_same_bits, tract_and_planned, wire_conv};
-    use tract_onnx::tract_core::knobs::KnobScope;
-    use tract_onnx::tract_core::ops::math;
+    use crate::{assert_same_bits, tract_and_planned, wire_conv};
+    use tract_core::knobs::KnobScope;
+    use tract_core::ops::math;
 
     /// The element-wise operators in `model`'s plan.
     fn element_wise(model: &TypedModel) -> usize {

@@ -8,8 +8,8 @@
 use super::planes::plane_by_plane;
 use super::put_in_place;
 use std::mem::MaybeUninit;
-use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::nn::resize::Resize;
+use tract_core::internal::*;
+use tract_core::ops::nn::resize::Resize;
 
 /// Puts a `PlannedResize` in place of every Resize of an f32 NCHW tensor
 /// over its height and width whose shapes are known; returns how many.
@@ -259,8 +259,8 @@ impl TypedOp for PlannedResize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::{assert_same_bits, tract_and_planned};
-    use tract_onnx::tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Nearest};
+    use crate::{assert_same_bits, tract_and_planned};
+    use tract_core::ops::nn::resize::{CoordTransformer, Interpolator, Nearest};
 
     /// tract's own Resize and the planned one on the same input, in a
     /// model each, so the plan is made as the engine makes it.

@@ -7,9 +7,9 @@
 
 use super::planes::plane_by_plane;
 use super::put_in_place;
-use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::cnn::OptMaxPool;
-use tract_onnx::tract_core::ops::nn::DataFormat;
+use tract_core::internal::*;
+use tract_core::ops::cnn::OptMaxPool;
+use tract_core::ops::nn::DataFormat;
 
 /// Puts a `PlannedMaxPool` in place of every 2 × 2, stride-2 max pool of
 /// an f32 NCHW tensor whose shape is known and that pads nothing before
@@ -138,8 +138,8 @@ impl TypedOp for PlannedMaxPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::{assert_same_bits, tract_and_planned};
-    use tract_onnx::tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec};
+    use crate::{assert_same_bits, tract_and_planned};
+    use tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec};
 
     /// tract's max pool and the planned one on the same input.
     fn both(

@@ -14,8 +14,8 @@
 use super::planes::plane_by_plane;
 use super::{put_in_place, read_once};
 use std::mem::MaybeUninit;
-use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::array::{Pad, PadMode, TypedConcat};
+use tract_core::internal::*;
+use tract_core::ops::array::{Pad, PadMode, TypedConcat};
 
 /// Puts a `PlannedPad` in place of every Pad with zeros of an f32 NCHW
 /// tensor over its height and width whose shape is known, and joins into it
@@ -173,7 +173,7 @@ impl TypedOp for PlannedPad {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::tract_and_planned;
+    use crate::tract_and_planned;
 
     /// tract's own Pad and the planned one on the same input.
     fn both(pads: Vec<(usize, usize)>, value: f32, shape: [usize; 4]) -> (Tensor, Tensor, usize) {

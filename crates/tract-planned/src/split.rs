@@ -9,11 +9,11 @@
 //! last bits.
 
 use super::patch_each;
-use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::array::Slice;
-use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
-use tract_onnx::tract_core::ops::math::add;
-use tract_onnx::tract_core::ops::nn::DataFormat;
+use tract_core::internal::*;
+use tract_core::ops::array::Slice;
+use tract_core::ops::cnn::{Conv, KernelFormat};
+use tract_core::ops::math::add;
+use tract_core::ops::nn::DataFormat;
 
 /// The largest `K` left whole, and about the most each part gets.
 const MAX_K: usize = 8192;
@@ -80,7 +80,7 @@ fn split_conv(model: &TypedModel, node: &TypedNode) -> TractResult<Option<TypedM
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::{conv_model, tract_and_planned};
+    use crate::{conv_model, tract_and_planned};
 
     /// A convolution of 5 channels out over `input` with a `kernel`,
     /// padding 1 and `stride`, as tract runs it and split; and how many

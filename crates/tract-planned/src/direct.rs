@@ -12,10 +12,10 @@
 //! im2col's in the last bits.
 
 use super::patch_each;
-use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::knobs::KnobScope;
-use tract_onnx::tract_core::ops::cnn::conv::DirectSpatialConv;
-use tract_onnx::tract_core::ops::cnn::Conv;
+use tract_core::internal::*;
+use tract_core::knobs::KnobScope;
+use tract_core::ops::cnn::conv::DirectSpatialConv;
+use tract_core::ops::cnn::Conv;
 
 /// Values summed into each output up to which a convolution is thin.
 const FEW_VALUES: usize = 64;
@@ -53,7 +53,7 @@ pub(super) fn plan_direct_convs(model: &mut TypedModel) -> TractResult<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::{conv_model, tract_and_planned};
+    use crate::{conv_model, tract_and_planned};
 
     /// A convolution planned by `plan_direct_convs`, and its output next to
     /// the unplanned one's: how many were planned, and the largest

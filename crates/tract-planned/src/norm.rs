@@ -13,12 +13,12 @@
 use super::patch_each;
 use super::planes::plane_by_plane;
 use std::mem::MaybeUninit;
-use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::array::{Slice, TypedConcat};
-use tract_onnx::tract_core::ops::binary::{BinMiniOp, TypedBinOp};
-use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
-use tract_onnx::tract_core::ops::math::{Add, Max, Mul, Rsqrt, Sub};
-use tract_onnx::tract_core::ops::nn::{Reduce, Reducer};
+use tract_core::internal::*;
+use tract_core::ops::array::{Slice, TypedConcat};
+use tract_core::ops::binary::{BinMiniOp, TypedBinOp};
+use tract_core::ops::element_wise::ElementWiseOp;
+use tract_core::ops::math::{Add, Max, Mul, Rsqrt, Sub};
+use tract_core::ops::nn::{Reduce, Reducer};
 
 /// Puts a `PlannedNorm` in place of every Concat on the channel axis of
 /// f32 NCHW tensors, each batch- or instance-normalised, with the ReLU
@@ -297,7 +297,7 @@ impl TypedOp for PlannedNorm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::{assert_same_bits, tract_and_planned};
+    use crate::{assert_same_bits, tract_and_planned};
     use tract_onnx::pb::tensor_proto::DataType;
     use tract_onnx::pb::tensor_shape_proto::{dimension, Dimension};
     use tract_onnx::pb::{

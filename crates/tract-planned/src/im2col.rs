@@ -23,13 +23,13 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use tract_core::internal::*;
+use tract_core::ops::cnn::Conv;
+use tract_core::ops::matmul::pack::DynPackedExoticFact;
+use tract_core::ops::nn::DataFormat;
 use tract_linalg::mmm::{EagerPackedInput, MMMInputFormat, MMMInputValue, PackedMatrixStorage};
 use tract_linalg::pack::PackedFormat;
 use tract_linalg::WeightType;
-use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::cnn::Conv;
-use tract_onnx::tract_core::ops::matmul::pack::DynPackedExoticFact;
-use tract_onnx::tract_core::ops::nn::DataFormat;
 
 /// A convolution's kernel, strides and dilations over height and width.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,7 +330,7 @@ impl EvalOp for PlannedIm2col {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        anyhow::ensure!(
+        ensure!(
             inputs.len() == self.inputs.len()
                 && inputs.iter().zip(&self.inputs).all(|(input, shape)| {
                     input.shape() == shape && input.datum_type() == f32::datum_type()
@@ -548,10 +548,10 @@ impl RecentPanels {
 
 impl RecentPanel {
     fn new(layout: Layout) -> TractResult<RecentPanel> {
-        anyhow::ensure!(layout.size() > 0, "an empty panel");
+        ensure!(layout.size() > 0, "an empty panel");
         // SAFETY: a layout of non-zero size.
         let panel = unsafe { std::alloc::alloc(layout) };
-        anyhow::ensure!(
+        ensure!(
             !panel.is_null(),
             "no memory for a panel of {} bytes",
             layout.size()
@@ -753,11 +753,11 @@ impl MMMInputValue for PackedInput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tract::pad::plan_pads;
-    use crate::engine::tract::{assert_same_bits, conv_model, tract_and_planned, wire_conv};
+    use crate::pad::plan_pads;
+    use crate::{assert_same_bits, conv_model, tract_and_planned, wire_conv};
     use std::cell::Cell;
-    use tract_onnx::tract_core::knobs::KnobScope;
-    use tract_onnx::tract_core::ops::array::{Pad, PadMode, TypedConcat};
+    use tract_core::knobs::KnobScope;
+    use tract_core::ops::array::{Pad, PadMode, TypedConcat};
 
     /// `model` on an `input`, as tract's optimiser plans it and with the
     /// planned pads and im2cols, as the engine plans; and how many im2cols
