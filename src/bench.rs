@@ -198,7 +198,12 @@ pub fn run(
     let models: Vec<String> = manifest
         .models
         .iter()
-        .filter(|m| settings.models_dir.join(&m.file).is_file())
+        .filter(|m| {
+            [EngineKind::Tract, EngineKind::Onnxruntime]
+                .into_iter()
+                .filter_map(|engine| m.prepared_for(engine))
+                .any(|(file, _)| settings.models_dir.join(file).is_file())
+        })
         .map(|m| m.name.clone())
         .collect();
     if models.is_empty() {

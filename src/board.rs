@@ -62,7 +62,8 @@ impl Installed {
             .unwrap_or_else(|| models_dir.join(&manifest.onnxruntime.file));
         let isnet_int8 = manifest
             .model(Some("isnet-int8"))
-            .map(|spec| models_dir.join(&spec.file).is_file())
+            .and_then(|spec| spec.prepared_for(crate::engine::EngineKind::Onnxruntime))
+            .map(|(file, _)| models_dir.join(file).is_file())
             .unwrap_or(false);
         Installed {
             onnxruntime: manifest.onnxruntime.sha256_here().is_some() && library.is_file(),

@@ -2,6 +2,7 @@
 //! each model its file, sha256, input geometry, normalisation and output;
 //! and the onnxruntime engine's library with its sha256 per architecture.
 
+use super::EngineKind;
 use serde::Deserialize;
 
 const MANIFEST: &str = include_str!("../../models/manifest.toml");
@@ -46,8 +47,11 @@ impl RuntimeSpec {
 pub struct ModelSpec {
     pub name: String,
     pub description: String,
+    /// The file as published, which `make models` fetches and checks.
     pub file: String,
     pub sha256: String,
+    /// What each engine loads: `file` as models/prepare.py rewrote it.
+    pub prepared: Prepared,
     pub license: String,
     pub input: InputSpec,
     /// How the photo is shrunk to the input: the filter the model was
@@ -85,6 +89,27 @@ pub struct ModelSpec {
     /// model picks this one instead when it is the configured model.
     #[serde(default)]
     pub variant_of: Option<String>,
+}
+
+/// The sha256 of the file each engine loads; tract has none for the int8 model.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Prepared {
+    #[serde(default)]
+    pub tract: Option<String>,
+    pub onnxruntime: String,
+}
+
+impl ModelSpec {
+    /// The file `engine` loads (`<name>.<engine>.onnx`, beside `file`) and
+    /// its sha256, or `None` where there is none for that engine.
+    pub fn prepared_for(&self, engine: EngineKind) -> Option<(String, &str)> {
+        let sha256 = match engine {
+            EngineKind::Tract => self.prepared.tract.as_deref()?,
+            EngineKind::Onnxruntime => &self.prepared.onnxruntime,
+        };
+        let stem = self.file.strip_suffix(".onnx").unwrap_or(&self.file);
+        Some((format!("{stem}.{engine}.onnx"), sha256))
+    }
 }
 
 /// The mean of this model's matte at its `input` and at each of `inputs`,

@@ -2,7 +2,6 @@
 //! with its two backends (tract, pure Rust; ONNX Runtime, loaded at run
 //! time), and the inference pool every request shares.
 
-mod graph;
 mod inference;
 mod manifest;
 mod onnxruntime;
@@ -75,21 +74,21 @@ pub struct EngineChoice {
 /// is checked against its sha256 first, so a truncated or swapped file is
 /// reported as such, not as a parse error.
 pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Result<Arc<dyn Engine>> {
-    if spec.int8 && choice.kind == EngineKind::Tract {
+    let Some((file, sha256)) = spec.prepared_for(choice.kind) else {
         bail!(
             "{} is quantised for the onnxruntime engine: use `--engine onnxruntime`, \
              or the f32 model on tract",
             spec.name
         );
-    }
-    let path = models_dir.join(&spec.file);
+    };
+    let path = models_dir.join(file);
     let remedy = if spec.int8 {
         "make quantize"
     } else {
         "make models"
     };
     // Read once: hashed here, then parsed from memory by either engine.
-    let model = read_checked(&path, &spec.sha256, "model file", remedy)?;
+    let model = read_checked(&path, sha256, "model file", remedy)?;
     Ok(match choice.kind {
         EngineKind::Tract => Arc::new(TractEngine::load(spec, &model, &path)?),
         EngineKind::Onnxruntime => {
@@ -105,7 +104,7 @@ pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Resul
                 );
             };
             read_checked(&library, sha256, "ONNX Runtime library", "make onnxruntime")?;
-            Arc::new(OnnxRuntimeEngine::load(spec, &model, &path, &library)?)
+            Arc::new(OnnxRuntimeEngine::load(&model, &path, &library)?)
         }
     })
 }

@@ -2,8 +2,7 @@
 //! `make onnxruntime` takes out of the pinned PyPI wheel. Nothing of it is
 //! compiled in, so a build without that file still runs on tract.
 
-use super::graph;
-use super::{Engine, ModelSpec};
+use super::Engine;
 use anyhow::{anyhow, ensure, Result};
 use ort::environment::Environment;
 use ort::session::Session;
@@ -20,15 +19,9 @@ pub struct OnnxRuntimeEngine {
 impl OnnxRuntimeEngine {
     /// `library` must already be checked. The first library a process
     /// loads stays for good: later calls use it, whatever `library` says.
-    pub fn load(
-        spec: &ModelSpec,
-        model: &[u8],
-        path: &Path,
-        library: &Path,
-    ) -> Result<OnnxRuntimeEngine> {
+    /// `model` is the file prepared for ONNX Runtime (models/prepare.py).
+    pub fn load(model: &[u8], path: &Path, library: &Path) -> Result<OnnxRuntimeEngine> {
         let environment = environment(library)?;
-        // What tract runs: the first output only, in f32.
-        let graph = graph::rewrite(model, spec.fp16, spec.input.fixed_size())?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let session = Session::builder(&environment)?
             .with_intra_threads(threads)
@@ -41,7 +34,7 @@ impl OnnxRuntimeEngine {
             // 1.35 GB here, and was no faster (BENCHMARKS.md, "ONNX Runtime's settings").
             .with_memory_pattern(false)
             .map_err(|e| anyhow!("{e}"))?
-            .commit_from_memory(&graph)
+            .commit_from_memory(model)
             .map_err(|e| anyhow!("loading {}: {e}", path.display()))?;
         Ok(OnnxRuntimeEngine {
             session: Mutex::new(session),

@@ -52,16 +52,9 @@ impl TractEngine {
         tract_linalg::multithread::set_default_executor(
             tract_linalg::multithread::Executor::multithread(threads),
         );
-        // The proto (the file's weights again) is dropped once parsed.
-        let mut model = {
-            let onnx = tract_onnx::onnx();
-            let parsing = || format!("parsing {}", path.display());
-            let mut proto = onnx
-                .proto_model_for_read(&mut &model[..])
-                .with_context(parsing)?;
-            super::graph::fit_input(&mut proto, spec.input.fixed_size())?;
-            onnx.model_for_proto_model(&proto).with_context(parsing)?
-        };
+        let mut model = tract_onnx::onnx()
+            .model_for_read(&mut &model[..])
+            .with_context(|| format!("parsing {}", path.display()))?;
         // The first output is the matte; side outputs (IS-Net's
         // deep-supervision mattes) are then never computed.
         let first = *model

@@ -82,6 +82,8 @@ fn two_thousand_idle_half_requests_under_1024_open_files_never_stop_the_server()
         std::thread::sleep(Duration::from_secs(3));
         let (status, took) = health(addr);
         assert_eq!(status, 200);
+        // Not a speed target: a server stuck behind the held connections
+        // answers only after their 10 s head deadline, or never.
         assert!(took < Duration::from_secs(2), "{took:?}");
         drop(held);
     }

@@ -2,7 +2,8 @@
 //! (read from ../shared/eval, never copied here), through the same
 //! pre-processing, with the alpha of tract and of ONNX Runtime at most 1e-3
 //! apart anywhere; and the server on ONNX Runtime, with its library present,
-//! missing or wrong. Needs `make models onnxruntime`.
+//! missing or wrong. Needs `make models onnxruntime`. `make check` compares
+//! every 7th photo (`PARITY_EVERY_NTH=7`), `make test` all of them.
 
 use crate::helpers::*;
 use cutout::engine::preprocess::{output_range, placement, to_tensor};
@@ -76,6 +77,11 @@ fn largest_difference(spec: &ModelSpec, photos: &[PathBuf]) -> (f32, PathBuf) {
 fn tract_and_onnxruntime_give_the_same_matte_on_every_dev_photo() {
     let photos = dev_photos();
     assert_eq!(photos.len(), 77, "27 alphamatting and 50 grabcut photos");
+    let every_nth = std::env::var("PARITY_EVERY_NTH").map_or(1, |n| {
+        n.parse()
+            .expect("PARITY_EVERY_NTH is a whole number of photos")
+    });
+    let photos: Vec<PathBuf> = photos.into_iter().step_by(every_nth).collect();
     // The int8 model is for ONNX Runtime only (tract refuses it).
     for spec in Manifest::builtin().models.iter().filter(|m| !m.int8) {
         let (difference, photo) = largest_difference(spec, &photos);
@@ -120,7 +126,8 @@ fn every_pass_over_tracts_plan_still_applies_to_every_model() {
     let manifest = Manifest::builtin();
     let replaced = |model: &str, (width, height): (u32, u32)| {
         let spec = manifest.require(Some(model)).unwrap();
-        let path = models_dir().join(&spec.file);
+        let (file, _) = spec.prepared_for(EngineKind::Tract).unwrap();
+        let path = models_dir().join(file);
         let bytes = std::fs::read(&path).expect("the model (run `make models`)");
         let tract = TractEngine::load(spec, &bytes, &path).unwrap();
         tract.replaced(width, height).unwrap()

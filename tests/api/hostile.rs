@@ -313,7 +313,9 @@ fn hostile_uploads_get_their_4xx_within_2_s_and_memory_stays_bounded() {
             reply.error_code()
         };
         // A refusal within 2 s; a photo that is served spends its time in
-        // the model, and only its decode is held to 2 s.
+        // the model, and only its decode is held to 2 s. Not a speed
+        // target: a decoder that stops at its limits takes milliseconds, one
+        // that inflates the 2 GB it is offered takes far longer than 2 s.
         let refused_or_decoded_in = match reply.status {
             200 => decode_time(&reply),
             _ => took,

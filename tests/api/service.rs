@@ -263,10 +263,10 @@ fn the_appliance_is_found_by_dns_sd_on_loopback() {
 fn a_corrupt_model_leaves_the_server_up_answering_503_with_the_led_blinking_fast() {
     use crate::helpers::*;
     let models = tempfile::tempdir().unwrap();
-    let mut weights = std::fs::read(models_dir().join("u2netp.onnx")).unwrap();
+    let mut weights = std::fs::read(models_dir().join("u2netp.tract.onnx")).unwrap();
     let middle = weights.len() / 2;
     weights[middle] ^= 0xFF;
-    std::fs::write(models.path().join("u2netp.onnx"), weights).unwrap();
+    std::fs::write(models.path().join("u2netp.tract.onnx"), weights).unwrap();
     let (led, env) = fake_led();
     let data = tempfile::tempdir().unwrap();
     let key = cli_account(data.path(), "acme", "pro");

@@ -31,7 +31,7 @@ pub fn u2netp() -> Arc<dyn Engine> {
             let manifest = Manifest::builtin();
             let spec = manifest.model(Some("u2netp")).unwrap();
             engine::load(spec, &models_dir(), &EngineChoice::default())
-                .expect("models/u2netp.onnx (run `make models`)")
+                .expect("models/u2netp.tract.onnx (run `make models`)")
         })
         .clone()
 }
