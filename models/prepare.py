@@ -3,8 +3,10 @@
 once with the pinned onnx library, so that each engine loads its file as it
 is (docs/decisions/0004-model-preparation.md).
 
-    python3 models/prepare.py --model isnet --engine onnxruntime \\
+    python3 models/prepare.py --engine onnxruntime --fp16 \\
         --source models/isnet.onnx --out models/isnet.onnxruntime.onnx
+    python3 models/prepare.py --engine tract --size 256x256 \\
+        --source models/u2netp.onnx --out models/u2netp.tract.onnx
 
 `make models` (models/fetch.py) runs this for every engine a model lists
 under `prepared` in models/manifest.toml, and checks each file against the
@@ -52,7 +54,7 @@ outputs; a split convolution would change its plan.
 
 Subgraphs (If, Loop) are not visited: the models here have none.
 """
-import argparse, hashlib, subprocess, sys, tomllib
+import argparse, hashlib, subprocess, sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -87,13 +89,14 @@ def venv_python(cache):
     return exe
 
 
-def fixed_size(model):
-    """The manifest's one input size (width, height) of a fixed-size model,
-    or None for one that runs at the photo's aspect."""
-    geometry = model["input"]
+def arguments(model):
+    """This script's arguments for `model`, a manifest entry: the one input
+    size of a fixed-size model (none for one run at the photo's aspect),
+    and whether its file is fp16."""
+    geometry, args = model["input"], []
     if geometry["fit"] in ("squash", "letterbox"):
-        return geometry["width"], geometry["height"]
-    return None
+        args += ["--size", f"{geometry['width']}x{geometry['height']}"]
+    return args + (["--fp16"] if model["fp16"] else [])
 
 
 def prepare(proto, engine, fp16, size):
@@ -462,20 +465,19 @@ def sliced_channels(node, channels, constants):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, help="its name in the manifest")
     ap.add_argument("--engine", required=True, choices=["tract", "onnxruntime"])
     ap.add_argument("--source", type=Path, required=True, help="the model's file, as fetched")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--manifest", type=Path, default=HERE / "manifest.toml")
+    ap.add_argument("--size", metavar="WxH", help="its one input size (default: any size)")
+    ap.add_argument("--fp16", action="store_true", help="its weights are fp16")
     args = ap.parse_args()
     import onnx
-    with open(args.manifest, "rb") as f:
-        model = {m["name"]: m for m in tomllib.load(f)["model"]}[args.model]
+    size = tuple(int(v) for v in args.size.split("x")) if args.size else None
     proto = onnx.load(args.source)
     try:
-        prepare(proto, args.engine, model["fp16"], fixed_size(model))
+        prepare(proto, args.engine, args.fp16, size)
     except PrepareError as e:
-        sys.exit(f"error: {args.model} for {args.engine}: {e}")
+        sys.exit(f"error: {args.source.name} for {args.engine}: {e}")
     args.out.write_bytes(proto.SerializeToString())
 
 
