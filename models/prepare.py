@@ -54,7 +54,7 @@ outputs; a split convolution would change its plan.
 
 Subgraphs (If, Loop) are not visited: the models here have none.
 """
-import argparse, hashlib, subprocess, sys
+import argparse, hashlib, os, subprocess, sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -76,6 +76,11 @@ CHANNEL_KEEPING = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "BatchNormali
 
 class PrepareError(Exception):
     pass
+
+
+def default_cache():
+    """Where fetched packages and the tools' venv are kept."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cutout"
 
 
 def venv_python(cache):

@@ -20,12 +20,11 @@ The recipe, and why (BENCHMARKS.md, "int8 IS-Net"):
 - U2NetP and MODNet lost most of their quality under the same recipe, so
   only IS-Net has an int8 variant.
 """
-import argparse, os, subprocess, sys, zipfile
+import argparse, subprocess, sys, zipfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from prepare import venv_python
+from prepare import default_cache, venv_python
+
 # The same wheel whatever the machine, so the same photos.
 CALIBRATION_WHEEL = ("scikit-image", "0.25.2", "manylinux2014_x86_64")
 CALIBRATION_SHA256 = "24cc986e1f4187a12aa319f777b36008764e856e5013666a4a83f8df083c2641"
@@ -91,11 +90,10 @@ def quantize(source, out, wheel, scratch):
 
 
 def main():
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", type=Path, required=True, help="isnet.onnx, as fetched")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cache", type=Path, default=Path(xdg) / "cutout")
+    ap.add_argument("--cache", type=Path, default=default_cache())
     ap.add_argument("--in-venv", type=Path, help=argparse.SUPPRESS)  # the calibration wheel
     args = ap.parse_args()
     if args.in_venv:

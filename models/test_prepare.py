@@ -8,9 +8,7 @@ tests/api/engines.rs checks the prepared models themselves, on both engines.
 import os, sys, unittest
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import prepare  # noqa: E402
+import prepare
 
 
 def node(op, inputs, output, **attributes):
@@ -237,8 +235,7 @@ class Prepare(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cutout"
-    exe = prepare.venv_python(cache)
+    exe = prepare.venv_python(prepare.default_cache())
     if Path(sys.executable) != exe:
         os.execv(exe, [exe, __file__, *sys.argv[1:]])
     unittest.main()

@@ -201,8 +201,7 @@ pub fn run(
         .filter(|m| {
             [EngineKind::Tract, EngineKind::Onnxruntime]
                 .into_iter()
-                .filter_map(|engine| m.prepared_for(engine))
-                .any(|(file, _)| settings.models_dir.join(file).is_file())
+                .any(|engine| m.installed_for(engine, &settings.models_dir))
         })
         .map(|m| m.name.clone())
         .collect();

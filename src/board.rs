@@ -62,9 +62,7 @@ impl Installed {
             .unwrap_or_else(|| models_dir.join(&manifest.onnxruntime.file));
         let isnet_int8 = manifest
             .model(Some("isnet-int8"))
-            .and_then(|spec| spec.prepared_for(crate::engine::EngineKind::Onnxruntime))
-            .map(|(file, _)| models_dir.join(file).is_file())
-            .unwrap_or(false);
+            .is_some_and(|spec| spec.installed_for(EngineKind::Onnxruntime, models_dir));
         Installed {
             onnxruntime: manifest.onnxruntime.sha256_here().is_some() && library.is_file(),
             isnet_int8,

@@ -110,6 +110,12 @@ impl ModelSpec {
         let stem = self.file.strip_suffix(".onnx").unwrap_or(&self.file);
         Some((format!("{stem}.{engine}.onnx"), sha256))
     }
+
+    /// Whether the file `engine` loads is in `models_dir`.
+    pub fn installed_for(&self, engine: EngineKind, models_dir: &std::path::Path) -> bool {
+        self.prepared_for(engine)
+            .is_some_and(|(file, _)| models_dir.join(file).is_file())
+    }
 }
 
 /// The mean of this model's matte at its `input` and at each of `inputs`,
