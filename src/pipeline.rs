@@ -205,8 +205,23 @@ impl Pipeline {
     ) -> Result<(Vec<u8>, String), ApiError> {
         let grid = (first.0.width(), first.0.height());
         let mut sum: Vec<u16> = first.1.iter().map(|&a| u16::from(a)).collect();
+        let mut own_subject: Vec<bool> = first.1.iter().map(|&a| a >= 128).collect();
         let laps = ["blend-prepare", "blend-model"];
-        let own = blend.inputs.iter().map(|&input| (model, input));
+        let mut views = 1;
+        let mut least_agreement = 1.0f64;
+        for &input in &blend.inputs {
+            let (view_input, matte) = run_model(model, input, original, watch, laps)?;
+            let size = (view_input.width(), view_input.height());
+            let matte = imaging::resize_gray(&matte, size, grid);
+            least_agreement = least_agreement.min(silhouettes_agree(first.1, &matte));
+            for ((s, subject), a) in sum.iter_mut().zip(&mut own_subject).zip(matte) {
+                *s += u16::from(a);
+                *subject |= a >= 128;
+            }
+            views += 1;
+        }
+        let own_subject = own_subject.iter().filter(|&&s| s).count() as f64;
+        let unsure = least_agreement < blend.doubt_below;
         // A blended model that failed to load leaves its view out.
         let others = self.blended.iter().map(|&i| &self.models[i]);
         let others = others.filter(|other| match other.inference.ready() {
@@ -216,19 +231,22 @@ impl Pipeline {
             }
             _ => true,
         });
-        let others = others.map(|other| (other, other.spec.input));
-        let mut views = 1;
         let mut made_by = model.spec.name.clone();
-        for (view_model, input) in own.chain(others) {
-            if !std::ptr::eq(view_model, model) {
-                made_by = format!("{made_by}+{}", view_model.spec.name);
-            }
-            let (view_input, matte) = run_model(view_model, input, original, watch, laps)?;
+        for other in others {
+            made_by = format!("{made_by}+{}", other.spec.name);
+            let (view_input, matte) = run_model(other, other.spec.input, original, watch, laps)?;
             let size = (view_input.width(), view_input.height());
-            for (s, a) in sum.iter_mut().zip(imaging::resize_gray(&matte, size, grid)) {
-                *s += u16::from(a);
+            let matte = imaging::resize_gray(&matte, size, grid);
+            let subject = matte.iter().filter(|&&a| a >= 128).count() as f64;
+            let weight = if unsure && subject > blend.others_larger_by * own_subject {
+                blend.others_when_doubt
+            } else {
+                1
+            };
+            for (s, a) in sum.iter_mut().zip(matte) {
+                *s += weight * u16::from(a);
             }
-            views += 1;
+            views += weight;
         }
         let mut matte: Vec<u8> = sum
             .iter()
@@ -419,6 +437,22 @@ fn run_model(
         })?;
     watch.lap(laps[1]);
     Ok((model_input, matte_from_output(&output, spec.output, place)))
+}
+
+/// How much of what two mattes on one grid call subject (alpha 0.5 and
+/// over) both do: their silhouettes' intersection over union. Two empty
+/// mattes agree.
+fn silhouettes_agree(first: &[u8], second: &[u8]) -> f64 {
+    let (mut both, mut either) = (0u64, 0u64);
+    for (&a, &b) in first.iter().zip(second) {
+        both += u64::from(a >= 128 && b >= 128);
+        either += u64::from(a >= 128 || b >= 128);
+    }
+    if either == 0 {
+        1.0
+    } else {
+        both as f64 / either as f64
+    }
 }
 
 /// Alpha from 0.05 to 0.95: neither subject nor background.
@@ -670,15 +704,12 @@ mod tests {
     }
 
     #[test]
-    fn auto_blends_its_views_then_levels_them_and_general_runs_one() {
+    fn auto_blends_its_views_trusting_the_others_more_where_its_own_disagree() {
         let pipeline = isnet_blending_u2netp();
         let ready = |i: usize, value: f32, square: f32| {
             let engine = std::sync::Arc::new(Fill { value, square });
             pipeline.models[i].inference.set(Readiness::Ready(engine));
         };
-        // IS-Net: 0.4 at the photo's aspect, 1.0 squashed; U2NetP: 0.
-        ready(0, 0.4, 1.0);
-        ready(1, 0.0, 0.0);
         let photo = black_png(400, 300);
         let cut_out = |subject| {
             let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
@@ -689,9 +720,20 @@ mod tests {
             let laps: Vec<_> = cut.timings.iter().map(|(name, _)| *name).collect();
             (cut.model, alpha.get_pixel(200, 150).0[3], laps)
         };
+        // IS-Net 0.6 at the photo's aspect and squashed: its views agree,
+        // so (0.6 + 0.6 + U2NetP's 0) / 3 = 0.4, levelled by [0.3, 0.6].
+        ready(0, 0.6, 0.6);
+        ready(1, 0.0, 0.0);
+        let (model, alpha, _) = cut_out(SubjectType::Auto);
+        assert_eq!(model, "isnet+u2netp");
+        assert!(alpha.abs_diff(85) <= 1, "{alpha}");
+        // IS-Net 0.4 and 1.0: only the squashed view calls it subject, so
+        // their silhouettes agree on none of it; but U2NetP's 0 calls less
+        // of it subject and counts once: (0.4 + 1.0 + 0) / 3 = 0.467.
+        ready(0, 0.4, 1.0);
+        ready(1, 0.0, 0.0);
         let (model, alpha, laps) = cut_out(SubjectType::Auto);
         assert_eq!(model, "isnet+u2netp");
-        // (0.4 + 1.0 + 0) / 3 = 0.467, levelled by [0.3, 0.6].
         assert!(alpha.abs_diff(142) <= 1, "{alpha}");
         let blend_laps = laps.iter().filter(|l| l.starts_with("blend-")).count();
         assert_eq!(blend_laps, 2, "both other views add to one pair: {laps:?}");
@@ -752,6 +794,77 @@ mod tests {
         assert_eq!(alpha(SubjectType::Auto, corner), 0);
         assert_eq!(alpha(SubjectType::General, half), 255);
         assert_eq!(alpha(SubjectType::General, corner), 255);
+    }
+
+    /// Opaque left of `square` of the width on a square input, left of
+    /// `other` on any other; clear elsewhere.
+    struct Columns {
+        square: f32,
+        other: f32,
+    }
+
+    impl engine::Engine for Columns {
+        fn name(&self) -> &'static str {
+            "columns"
+        }
+
+        fn run(&self, _: Vec<f32>, width: u32, height: u32) -> anyhow::Result<Vec<f32>> {
+            let edge = width as f32
+                * if width == height {
+                    self.square
+                } else {
+                    self.other
+                };
+            let row = (0..width).map(|x| if (x as f32) < edge { 1.0 } else { 0.0 });
+            Ok(row.cycle().take((width * height) as usize).collect())
+        }
+    }
+
+    #[test]
+    fn auto_counts_the_others_twice_where_its_own_views_disagree_and_they_see_more() {
+        let pipeline = isnet_blending_u2netp();
+        let ready = |i: usize, square: f32, other: f32| {
+            let engine = std::sync::Arc::new(Columns { square, other });
+            pipeline.models[i].inference.set(Readiness::Ready(engine));
+        };
+        let blend = pipeline.models[0].spec.blend.as_ref().unwrap();
+        assert_eq!(blend.doubt_below, 0.8);
+        assert_eq!(blend.others_larger_by, 1.2);
+        assert_eq!(blend.others_when_doubt, 2);
+        let photo = black_png(400, 300);
+        let alpha_at = |x: u32| {
+            let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
+            let cut = pipeline
+                .cut_out(ticket, &photo, SizeMode::Auto, SubjectType::Auto)
+                .unwrap();
+            let alpha = image::load_from_memory(&cut.png).unwrap().to_rgba8();
+            alpha.get_pixel(x, 150).0[3]
+        };
+        // IS-Net's views: the left half at the photo's aspect, the left
+        // quarter squashed (they agree on half); U2NetP: the left 0.9,
+        // more than 1.2 times the half. At 0.7 of the width only U2NetP
+        // sees the subject: 2 / 4 = 0.5, levelled by [0.3, 0.6].
+        ready(0, 0.25, 0.5);
+        ready(1, 0.9, 0.9);
+        assert!(alpha_at(280).abs_diff(170) <= 2);
+        // U2NetP's left 0.55 is not 1.2 times the half: it counts once, so
+        // at 0.525 of the width 1 / 3 = 0.333, levelled.
+        ready(1, 0.55, 0.55);
+        assert!(alpha_at(210).abs_diff(28) <= 2);
+        // IS-Net's views agree (the left half both): U2NetP counts once,
+        // 1 / 3 = 0.333, levelled.
+        ready(0, 0.5, 0.5);
+        ready(1, 0.9, 0.9);
+        assert!(alpha_at(280).abs_diff(28) <= 2);
+    }
+
+    #[test]
+    fn silhouettes_agree_on_their_intersection_over_their_union() {
+        let left = [255, 255, 200, 0];
+        assert_eq!(silhouettes_agree(&left, &left), 1.0);
+        assert_eq!(silhouettes_agree(&left, &[0, 255, 255, 127]), 2.0 / 3.0);
+        assert_eq!(silhouettes_agree(&left, &[0, 0, 0, 127]), 0.0);
+        assert_eq!(silhouettes_agree(&[0; 4], &[127; 4]), 1.0, "both empty");
     }
 
     #[test]

@@ -120,7 +120,11 @@ impl ModelSpec {
 
 /// The mean of this model's matte at its `input` and at each of `inputs`,
 /// and of each of `models`' mattes at their own input, all before levels;
-/// then `levels` as a model's own.
+/// then `levels` as a model's own. Where the silhouettes of this model's
+/// own views (alpha 0.5 and over) agree on less than `doubt_below` of what
+/// either calls subject, it is unsure of the photo: then each of `models`'
+/// mattes whose subject is over `others_larger_by` times what either of its
+/// own views calls subject counts `others_when_doubt` times.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Blend {
     #[serde(default)]
@@ -128,6 +132,16 @@ pub struct Blend {
     #[serde(default)]
     pub models: Vec<String>,
     pub levels: [f32; 2],
+    #[serde(default)]
+    pub doubt_below: f64,
+    #[serde(default = "one")]
+    pub others_when_doubt: u16,
+    #[serde(default)]
+    pub others_larger_by: f64,
+}
+
+fn one() -> u16 {
+    1
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
