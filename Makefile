@@ -142,9 +142,12 @@ test-board: models quantize aarch64
 
 # Debian packages (cargo-deb): binary, unit, cutout.toml, models, ONNX
 # Runtime's library for the package's architecture, postinst.
+# DEB_PROFILE: the binary's cargo profile. cargo-deb reads the binary and the
+# library from that profile's directory (target/debug for the dev profile).
+DEB_PROFILE ?= release
 deb: models
-	python3 models/fetch.py onnxruntime --models-dir target/release
-	$(CARGO) deb $(DEB_FLAGS)
+	python3 models/fetch.py onnxruntime --models-dir target/$(if $(filter dev,$(DEB_PROFILE)),debug,$(DEB_PROFILE))
+	$(CARGO) deb --profile $(DEB_PROFILE) $(DEB_FLAGS)
 deb-arm64: models
 	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir target/aarch64/$(AARCH64)/release
 	$(ARM) $(CARGO) deb --target $(AARCH64)
@@ -154,9 +157,8 @@ deb-arm64: models
 # the files of `make deb`, but the binary is the test build's (the same code
 # at the tests' optimisation, not a second 8-minute release build; cargo-deb
 # warns about the dev profile) and the compression faster (325 MB of models).
-test-deb: models
-	python3 models/fetch.py onnxruntime --models-dir target/debug
-	$(CARGO) deb --profile dev --fast
+test-deb:
+	$(MAKE) deb DEB_PROFILE=dev DEB_FLAGS=--fast
 	sh packaging/test-install.sh target/debian/cutout_*_amd64.deb ../shared/eval/dev/grabcut/images/106024.jpg
 
 # RustSec advisories, banned crates and licences (deny.toml), against the

@@ -26,8 +26,9 @@ import argparse, hashlib, importlib.util, json, os, platform, re, shutil, subpro
 import sys, tarfile, tempfile, time, tomllib, zipfile
 from pathlib import Path
 
+from prepare import arguments, default_cache, venv_python
+
 HERE = Path(__file__).resolve().parent
-from prepare import arguments, default_cache, venv_python  # noqa: E402 (beside this file)
 
 
 class FetchError(Exception):

@@ -205,7 +205,7 @@ impl Pipeline {
     ) -> Result<(Vec<u8>, String), ApiError> {
         let grid = (first.0.width(), first.0.height());
         let mut sum: Vec<u16> = first.1.iter().map(|&a| u16::from(a)).collect();
-        let mut own_subject: Vec<bool> = first.1.iter().map(|&a| a >= 128).collect();
+        let mut own_subject: Vec<bool> = first.1.iter().map(|&a| is_subject(a)).collect();
         let laps = ["blend-prepare", "blend-model"];
         let mut views = 1;
         let mut least_agreement = 1.0f64;
@@ -216,12 +216,12 @@ impl Pipeline {
             least_agreement = least_agreement.min(silhouettes_agree(first.1, &matte));
             for ((s, subject), a) in sum.iter_mut().zip(&mut own_subject).zip(matte) {
                 *s += u16::from(a);
-                *subject |= a >= 128;
+                *subject |= is_subject(a);
             }
             views += 1;
         }
         let own_subject = own_subject.iter().filter(|&&s| s).count() as f64;
-        let unsure = least_agreement < blend.doubt_below;
+        let doubt = blend.doubt.filter(|doubt| least_agreement < doubt.below);
         // A blended model that failed to load leaves its view out.
         let others = self.blended.iter().map(|&i| &self.models[i]);
         let others = others.filter(|other| match other.inference.ready() {
@@ -237,11 +237,10 @@ impl Pipeline {
             let (view_input, matte) = run_model(other, other.spec.input, original, watch, laps)?;
             let size = (view_input.width(), view_input.height());
             let matte = imaging::resize_gray(&matte, size, grid);
-            let subject = matte.iter().filter(|&&a| a >= 128).count() as f64;
-            let weight = if unsure && subject > blend.others_larger_by * own_subject {
-                blend.others_when_doubt
-            } else {
-                1
+            let subject = matte.iter().filter(|&&a| is_subject(a)).count() as f64;
+            let weight = match doubt {
+                Some(doubt) if subject > doubt.others_larger_by * own_subject => doubt.others_count,
+                _ => 1,
             };
             for (s, a) in sum.iter_mut().zip(matte) {
                 *s += weight * u16::from(a);
@@ -439,14 +438,22 @@ fn run_model(
     Ok((model_input, matte_from_output(&output, spec.output, place)))
 }
 
-/// How much of what two mattes on one grid call subject (alpha 0.5 and
-/// over) both do: their silhouettes' intersection over union. Two empty
-/// mattes agree.
+/// A matte's silhouette: alpha 0.5 and over.
+fn is_subject(alpha: u8) -> bool {
+    alpha >= 128
+}
+
+/// How much of what two mattes on one grid call subject both do: their
+/// silhouettes' intersection over union. Two empty mattes agree.
 fn silhouettes_agree(first: &[u8], second: &[u8]) -> f64 {
     let (mut both, mut either) = (0u64, 0u64);
-    for (&a, &b) in first.iter().zip(second) {
-        both += u64::from(a >= 128 && b >= 128);
-        either += u64::from(a >= 128 || b >= 128);
+    for (a, b) in first
+        .iter()
+        .zip(second)
+        .map(|(&a, &b)| (is_subject(a), is_subject(b)))
+    {
+        both += u64::from(a && b);
+        either += u64::from(a || b);
     }
     if either == 0 {
         1.0
@@ -703,22 +710,36 @@ mod tests {
         png
     }
 
+    fn set_engine(pipeline: &Pipeline, model: usize, engine: impl engine::Engine + 'static) {
+        let ready = Readiness::Ready(std::sync::Arc::new(engine));
+        pipeline.models[model].inference.set(ready);
+    }
+
+    /// A black 400×300 photo cut out as `subject`: the models that made
+    /// it, its alpha, the steps it took.
+    fn cut_black_photo(
+        pipeline: &Pipeline,
+        subject: SubjectType,
+    ) -> (String, image::GrayImage, Vec<&'static str>) {
+        let photo = black_png(400, 300);
+        let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
+        let cut = pipeline
+            .cut_out(ticket, &photo, SizeMode::Auto, subject)
+            .unwrap();
+        let png = image::load_from_memory(&cut.png).unwrap().to_rgba8();
+        let alpha =
+            image::GrayImage::from_fn(400, 300, |x, y| image::Luma([png.get_pixel(x, y)[3]]));
+        let laps = cut.timings.iter().map(|(name, _)| *name).collect();
+        (cut.model, alpha, laps)
+    }
+
     #[test]
     fn auto_blends_its_views_trusting_the_others_more_where_its_own_disagree() {
         let pipeline = isnet_blending_u2netp();
-        let ready = |i: usize, value: f32, square: f32| {
-            let engine = std::sync::Arc::new(Fill { value, square });
-            pipeline.models[i].inference.set(Readiness::Ready(engine));
-        };
-        let photo = black_png(400, 300);
+        let ready = |i, value, square| set_engine(&pipeline, i, Fill { value, square });
         let cut_out = |subject| {
-            let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
-            let cut = pipeline
-                .cut_out(ticket, &photo, SizeMode::Auto, subject)
-                .unwrap();
-            let alpha = image::load_from_memory(&cut.png).unwrap().to_rgba8();
-            let laps: Vec<_> = cut.timings.iter().map(|(name, _)| *name).collect();
-            (cut.model, alpha.get_pixel(200, 150).0[3], laps)
+            let (model, alpha, laps) = cut_black_photo(&pipeline, subject);
+            (model, alpha.get_pixel(200, 150).0[0], laps)
         };
         // IS-Net 0.6 at the photo's aspect and squashed: its views agree,
         // so (0.6 + 0.6 + U2NetP's 0) / 3 = 0.4, levelled by [0.3, 0.6].
@@ -772,23 +793,10 @@ mod tests {
     fn auto_drops_the_parts_far_smaller_than_its_subject_and_general_keeps_them() {
         let pipeline = isnet_blending_u2netp();
         assert_eq!(pipeline.models[0].spec.smallest_part, Some(0.2));
-        for model in &pipeline.models {
-            model
-                .inference
-                .set(Readiness::Ready(std::sync::Arc::new(HalfAndCorner)));
+        for model in 0..pipeline.models.len() {
+            set_engine(&pipeline, model, HalfAndCorner);
         }
-        let photo = black_png(400, 300);
-        let alpha = |subject, (x, y)| {
-            let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
-            let cut = pipeline
-                .cut_out(ticket, &photo, SizeMode::Auto, subject)
-                .unwrap();
-            image::load_from_memory(&cut.png)
-                .unwrap()
-                .to_rgba8()
-                .get_pixel(x, y)
-                .0[3]
-        };
+        let alpha = |subject, (x, y)| cut_black_photo(&pipeline, subject).1.get_pixel(x, y).0[0];
         let (half, corner) = ((100, 150), (390, 290));
         assert_eq!(alpha(SubjectType::Auto, half), 255);
         assert_eq!(alpha(SubjectType::Auto, corner), 0);
@@ -823,22 +831,22 @@ mod tests {
     #[test]
     fn auto_counts_the_others_twice_where_its_own_views_disagree_and_they_see_more() {
         let pipeline = isnet_blending_u2netp();
-        let ready = |i: usize, square: f32, other: f32| {
-            let engine = std::sync::Arc::new(Columns { square, other });
-            pipeline.models[i].inference.set(Readiness::Ready(engine));
-        };
-        let blend = pipeline.models[0].spec.blend.as_ref().unwrap();
-        assert_eq!(blend.doubt_below, 0.8);
-        assert_eq!(blend.others_larger_by, 1.2);
-        assert_eq!(blend.others_when_doubt, 2);
-        let photo = black_png(400, 300);
-        let alpha_at = |x: u32| {
-            let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
-            let cut = pipeline
-                .cut_out(ticket, &photo, SizeMode::Auto, SubjectType::Auto)
-                .unwrap();
-            let alpha = image::load_from_memory(&cut.png).unwrap().to_rgba8();
-            alpha.get_pixel(x, 150).0[3]
+        let ready = |i, square, other| set_engine(&pipeline, i, Columns { square, other });
+        let doubt = pipeline.models[0]
+            .spec
+            .blend
+            .as_ref()
+            .unwrap()
+            .doubt
+            .unwrap();
+        assert_eq!(doubt.below, 0.8);
+        assert_eq!(doubt.others_larger_by, 1.2);
+        assert_eq!(doubt.others_count, 2);
+        let alpha_at = |x| {
+            cut_black_photo(&pipeline, SubjectType::Auto)
+                .1
+                .get_pixel(x, 150)
+                .0[0]
         };
         // IS-Net's views: the left half at the photo's aspect, the left
         // quarter squashed (they agree on half); U2NetP: the left 0.9,

@@ -120,11 +120,7 @@ impl ModelSpec {
 
 /// The mean of this model's matte at its `input` and at each of `inputs`,
 /// and of each of `models`' mattes at their own input, all before levels;
-/// then `levels` as a model's own. Where the silhouettes of this model's
-/// own views (alpha 0.5 and over) agree on less than `doubt_below` of what
-/// either calls subject, it is unsure of the photo: then each of `models`'
-/// mattes whose subject is over `others_larger_by` times what either of its
-/// own views calls subject counts `others_when_doubt` times.
+/// then `levels` as a model's own.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Blend {
     #[serde(default)]
@@ -132,16 +128,19 @@ pub struct Blend {
     #[serde(default)]
     pub models: Vec<String>,
     pub levels: [f32; 2],
-    #[serde(default)]
-    pub doubt_below: f64,
-    #[serde(default = "one")]
-    pub others_when_doubt: u16,
-    #[serde(default)]
-    pub others_larger_by: f64,
+    pub doubt: Option<Doubt>,
 }
 
-fn one() -> u16 {
-    1
+/// When the model is unsure of the photo: the silhouettes of its own views
+/// (alpha 0.5 and over) agree on less than `below` of what either calls
+/// subject. Then each of the blend's `models` whose silhouette is over
+/// `others_larger_by` times the union of the model's own counts
+/// `others_count` times.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Doubt {
+    pub below: f64,
+    pub others_larger_by: f64,
+    pub others_count: u16,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
