@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -38,6 +38,11 @@ build:
 bench: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/bench.py $(BENCH_ARGS)
+
+# The shared store's part of a call (admit + charge), SQLite against
+# PostgreSQL on loopback, side by side (examples/store_bench.rs; BENCHMARKS.md).
+bench-store:
+	$(CARGO) run --release --example store_bench
 
 # Cut-out quality on the four sets of ../shared/eval/dev next to the peers'
 # reference figures, sets worse than the best peer flagged (bench/eval.py;

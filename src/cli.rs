@@ -8,7 +8,7 @@ use crate::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectTyp
 use crate::engine::{EngineKind, Manifest, OnnxRuntimeTrial};
 use crate::pipeline::{Loader, Pipeline};
 use crate::secrets::{check_password_policy, hash_password};
-use crate::store::Store;
+use crate::store;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -66,6 +66,10 @@ enum Command {
     /// The operator's dashboard sign-in.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// The accounts database: SQLite in the data directory, or the
+    /// PostgreSQL server several appliances share (`[store] url`).
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// The HTTPS certificate.
     #[command(subcommand)]
     Tls(TlsCommand),
@@ -141,6 +145,24 @@ enum AdminCommand {
     /// Set the password of the dashboard's `admin`, read from stdin (not
     /// echoed on a terminal). Signs the operator out everywhere.
     SetPassword,
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Bring the configured store's schema up to date (each start does too).
+    Migrate,
+    /// Copy one appliance's accounts, keys, monthly counts and operator
+    /// password from its SQLite file into a PostgreSQL store. Running it
+    /// again changes nothing; a count already there becomes the larger.
+    Copy {
+        /// sqlite:DIR, the data directory holding cutout.db.
+        #[arg(long)]
+        from: String,
+        /// postgres://USER@HOST:PORT/DATABASE (the password from
+        /// `[store] password_file` if set).
+        #[arg(long)]
+        to: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -233,8 +255,11 @@ pub fn run(cli: Cli) -> Result<()> {
     let clock = Clock::default();
     let now = clock.now_unix();
     let data_dir = settings.data_dir.clone();
-    let store =
-        || Store::open(&data_dir).with_context(|| format!("opening {}", data_dir.display()));
+    let store_settings = settings.store.clone();
+    let store = || {
+        store::open(&store_settings, &data_dir)
+            .with_context(|| format!("opening the database in {}", data_dir.display()))
+    };
     match cli.command {
         Command::Serve { demo, .. } => crate::serve::serve(settings, demo),
         Command::Bench {
@@ -349,6 +374,36 @@ pub fn run(cli: Cli) -> Result<()> {
             store.set_admin_password(&hash_password(&password), now)?;
             log::warn!("operator password set from the command line");
             println!("The password of `admin` is set; sign in to the dashboard with it.");
+            Ok(())
+        }
+        Command::Store(StoreCommand::Migrate) => {
+            let store = store()?;
+            println!("{}: schema up to date", store.describe());
+            Ok(())
+        }
+        Command::Store(StoreCommand::Copy { from, to }) => {
+            let dir = from.strip_prefix("sqlite:").ok_or_else(|| {
+                anyhow!("--from: sqlite:DIR, the data directory holding cutout.db")
+            })?;
+            if !Path::new(dir).join("cutout.db").is_file() {
+                bail!("--from: no cutout.db in {dir}");
+            }
+            let copied = store::sqlite_to_postgres(
+                Path::new(dir),
+                &to,
+                settings.store.password_file.as_deref(),
+            )?;
+            println!(
+                "copied {} accounts, {} keys, {} monthly counts{}; what was there already is kept",
+                copied.accounts,
+                copied.keys,
+                copied.counts,
+                if copied.admin_password {
+                    ", the operator password"
+                } else {
+                    ""
+                }
+            );
             Ok(())
         }
         Command::Tls(TlsCommand::Fingerprint) => {

@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::discovery::MdnsConfig;
 use crate::engine::{EngineChoice, EngineKind};
 use crate::led::LedConfig;
+use crate::store::StoreSettings;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -25,6 +26,8 @@ pub const DEFAULT_CONFIG_FILE: &str = "/etc/cutout/cutout.toml";
 pub struct Settings {
     pub data_dir: PathBuf,
     pub models_dir: PathBuf,
+    /// Accounts, keys and counters: SQLite in `data_dir`, or a shared PostgreSQL.
+    pub store: StoreSettings,
     pub listen: String,
     /// A model name from the manifest; `None` is the manifest's default.
     pub model: Option<String>,
@@ -110,6 +113,20 @@ pub struct Config {
     pub tls: TlsConfig,
     #[serde(default)]
     pub dashboard: DashboardConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+/// The `[store]` table: absent, the SQLite file in the data directory.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `postgres://user@host:port/database`: a PostgreSQL server shared by
+    /// several appliances.
+    pub url: Option<String>,
+    /// A file holding the PostgreSQL password, so that it is in neither the
+    /// unit nor the environment.
+    pub password_file: Option<PathBuf>,
 }
 
 /// The `[tls]` table.
@@ -268,13 +285,25 @@ impl Config {
                     .allowed_hosts
                     .or(lower.dashboard.allowed_hosts),
             },
+            store: StoreConfig {
+                url: self.store.url.or(lower.store.url),
+                password_file: self.store.password_file.or(lower.store.password_file),
+            },
         }
     }
 }
 
 /// The file's tables; an environment variable starting with one of these
 /// (and `_`) names a key in it.
-const SECTIONS: &[&str] = &["server", "onnxruntime", "led", "mdns", "tls", "dashboard"];
+const SECTIONS: &[&str] = &[
+    "server",
+    "onnxruntime",
+    "led",
+    "mdns",
+    "tls",
+    "dashboard",
+    "store",
+];
 
 /// An environment value as TOML if it reads as a number or boolean, else
 /// as a string (so `CUTOUT_LISTEN=0.0.0.0:8080` needs no quotes).
@@ -345,8 +374,25 @@ impl Settings {
                 "tls.plain_http = false needs tls.listen: nothing would be served".into(),
             ));
         }
+        let store = config.store;
+        if let Some(url) = &store.url {
+            if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+                return Err(ConfigError::Invalid(
+                    "store.url must start with postgres:// (absent: SQLite in the data directory)"
+                        .into(),
+                ));
+            }
+        } else if store.password_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "store.password_file needs store.url: SQLite has no password".into(),
+            ));
+        }
         Ok(Settings {
             data_dir: config.data_dir.unwrap_or_else(|| "./data".into()),
+            store: StoreSettings {
+                url: store.url,
+                password_file: store.password_file,
+            },
             models_dir: config
                 .models_dir
                 .unwrap_or_else(|| DEFAULT_MODELS_DIR.into()),
@@ -554,6 +600,41 @@ mod tests {
         assert!(all_on.matches(" = ").count() > 10);
         let config = Config::parse_str(&all_on).unwrap();
         Settings::from_config(config).unwrap();
+    }
+
+    #[test]
+    fn the_store_is_sqlite_unless_a_postgres_url_is_set_in_the_file_or_environment() {
+        assert_eq!(Settings::default().store, StoreSettings::default());
+        let file = Config::parse_str(
+            "[store]\nurl = \"postgres://cutout@db.lan/cutout\"\npassword_file = \"/etc/cutout/pw\"\n",
+        )
+        .unwrap();
+        let env = Config::from_env(
+            [(
+                "CUTOUT_STORE_URL".to_owned(),
+                "postgres://cutout@other/cutout".to_owned(),
+            )],
+            &[],
+        )
+        .unwrap();
+        let store = Settings::from_config(env.over(file)).unwrap().store;
+        assert_eq!(store.url.as_deref(), Some("postgres://cutout@other/cutout"));
+        assert_eq!(store.password_file, Some(PathBuf::from("/etc/cutout/pw")));
+
+        for (text, names) in [
+            (
+                "[store]\nurl = \"mysql://root:hunter2@db/cutout\"\n",
+                "postgres://",
+            ),
+            ("[store]\npassword_file = \"/pw\"\n", "store.url"),
+        ] {
+            let error = Settings::from_config(Config::parse_str(text).unwrap())
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(error.contains(names), "{error}");
+            assert!(!error.contains("hunter2"), "never the password: {error}");
+        }
     }
 
     #[test]

@@ -23,7 +23,6 @@ pub mod error;
 pub mod http;
 pub mod imaging;
 pub mod led;
-pub mod limits;
 pub mod pipeline;
 pub mod secrets;
 pub mod serve;

@@ -37,7 +37,7 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
         led_state.led_state()
     });
     if demo {
-        print_demo_key(&app.state().store, app.addr())?;
+        print_demo_key(app.state().store.as_ref(), app.addr())?;
     }
     // Where plain HTTP is off, `addr` is HTTPS's.
     let plain_http = app.tls_addr() != Some(app.addr());
@@ -93,7 +93,7 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
     Ok(())
 }
 
-fn print_demo_key(store: &Store, addr: std::net::SocketAddr) -> Result<()> {
+fn print_demo_key(store: &dyn Store, addr: std::net::SocketAddr) -> Result<()> {
     if !store.is_empty()? {
         return Ok(());
     }

@@ -11,9 +11,8 @@
 use super::AppState;
 use crate::domain::{Month, SizeMode, SubjectType};
 use crate::error::ApiError;
-use crate::limits::{Permit, Refusal};
 use crate::pipeline::{CutOut, Ticket};
-use crate::store::Caller;
+use crate::store::{Caller, Refusal, Slot};
 
 /// The body a request declares, and the most any body may be.
 pub struct Upload {
@@ -24,7 +23,7 @@ pub struct Upload {
 /// A request let through every gate, holding its slot and its ticket.
 pub struct Admission<'a> {
     state: &'a AppState,
-    permit: Permit,
+    slot: Slot,
     ticket: Ticket<'a>,
 }
 
@@ -40,7 +39,7 @@ impl AppState {
     /// declared body over `upload.most` is refused after the account's gates
     /// and before the queue; an undeclared one holds a ticket for the most.
     pub fn admit(&self, caller: &Caller, upload: Upload) -> Result<Admission<'_>, ApiError> {
-        let permit = self.admit_account(caller)?;
+        let slot = self.admit_account(caller)?;
         if upload.declared.is_some_and(|n| n > upload.most) {
             return Err(ApiError::FileTooLarge);
         }
@@ -51,12 +50,12 @@ impl AppState {
             .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
         Ok(Admission {
             state: self,
-            permit,
+            slot,
             ticket,
         })
     }
 
-    fn admit_account(&self, caller: &Caller) -> Result<Permit, ApiError> {
+    fn admit_account(&self, caller: &Caller) -> Result<Slot, ApiError> {
         let account = &caller.account;
         if account.suspended {
             return Err(ApiError::AccountSuspended);
@@ -72,13 +71,8 @@ impl AppState {
         self.database_writable()
             .map_err(|why| ApiError::Unavailable(format!("database: {why}")))?;
         let month = Month::of_unix(self.clock.now_unix());
-        self.limiter
-            .admit(
-                account.id,
-                account.plan.concurrency,
-                account.plan.monthly_limit,
-                || self.store.usage(account.id, month),
-            )
+        self.store
+            .admit(account, month)
             .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?
             .map_err(|refusal| match refusal {
                 Refusal::TooManyConcurrent { limit } => {
@@ -102,9 +96,9 @@ impl Admission<'_> {
         let cut = state.pipeline.cut_out(self.ticket, image, size, subject)?;
         let now = state.clock.now_unix();
         let month = Month::of_unix(now);
-        let used = self
-            .permit
-            .charge(|| state.store.charge(caller, month, now))
+        let used = state
+            .store
+            .charge(self.slot, caller, month, now)
             .map_err(|e| {
                 let why = format!("could not record a charge: {e}");
                 state.database_failed(&why);

@@ -14,11 +14,10 @@ use crate::config::Settings;
 use crate::domain::SubjectType;
 use crate::engine::{Engine, InferError, Manifest, OnnxRuntimeTrial, Readiness};
 use crate::led;
-use crate::limits::Limiter;
 use crate::pipeline::{Loader, Models, Pipeline};
 use crate::secrets::random_token;
 use crate::stats::Stats;
-use crate::store::Store;
+use crate::store::{self, Store};
 use anyhow::{Context, Result};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -37,8 +36,7 @@ pub enum EngineSource {
 }
 
 pub struct AppState {
-    pub store: Store,
-    pub limiter: Limiter,
+    pub store: Arc<dyn Store>,
     pub pipeline: Pipeline,
     pub clock: Clock,
     pub stats: Arc<Stats>,
@@ -102,7 +100,7 @@ impl AppState {
     ) -> Result<Arc<AppState>> {
         let manifest = Manifest::builtin();
         let models = manifest.models_for(settings.model.as_deref(), settings.general_fits())?;
-        let store = Store::open(&settings.data_dir)
+        let store = store::open(&settings.store, &settings.data_dir)
             .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
         let pipeline = match engine {
             // Tests share one loaded engine: every `type` gets it.
@@ -148,7 +146,6 @@ impl AppState {
         }
         let state = Arc::new(AppState {
             store,
-            limiter: Limiter::default(),
             pipeline,
             clock: settings.clock.clone(),
             stats: Arc::new(Stats::default()),

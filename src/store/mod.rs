@@ -1,15 +1,20 @@
-//! SQLite: plans, accounts, API keys and monthly usage. Knows nothing of
-//! HTTP. One connection behind a mutex: every statement here is short, and
-//! requests spend their time in the model, not here.
+//! Plans, accounts, API keys, monthly usage, request slots and dashboard
+//! sessions, behind one interface with two backends: SQLite in the data
+//! directory (one appliance, the default) and PostgreSQL (any number of
+//! appliances sharing accounts; README, "Several appliances"). Knows
+//! nothing of HTTP; HTTP and the dashboard never know which backend runs.
 
-mod schema;
+mod copy;
+mod postgres;
+mod sqlite;
+
+pub use self::postgres::{PostgresStore, DEAD_AFTER, HEARTBEAT};
+pub use copy::{sqlite_to_postgres, Copied};
+pub use sqlite::SqliteStore;
 
 use crate::domain::{AccountName, ApiKey, Month};
-use crate::secrets::random_token;
-use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -25,16 +30,13 @@ pub enum StoreError {
     AmbiguousKey(String),
     #[error("database: {0}")]
     Db(#[from] rusqlite::Error),
+    #[error("PostgreSQL: {0}")]
+    Postgres(String),
     #[error("cannot create {0}: {1}")]
     Io(String, #[source] std::io::Error),
     #[error("the data directory {0}")]
     NotWritable(String),
 }
-
-/// Below this much free space the data directory counts as full: SQLite
-/// needs room for its write-ahead log, and failing a call before its
-/// cut-out is cheaper than failing its charge after.
-const MIN_FREE_BYTES: u64 = 8 * 1024 * 1024;
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
@@ -87,469 +89,128 @@ pub struct Session {
     pub csrf: String,
 }
 
-pub struct Store {
-    conn: Mutex<Connection>,
-    data_dir: std::path::PathBuf,
+/// Why an account's call was not let in.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    TooManyConcurrent { limit: u32 },
+    QuotaExceeded { limit: u32 },
 }
 
-const ACCOUNT_COLUMNS: &str =
-    "a.id, a.name, p.name, p.monthly_limit, p.concurrency, p.api_access, \
-     a.suspended_at IS NOT NULL, a.password_hash IS NOT NULL";
-/// The column after `ACCOUNT_COLUMNS`.
-const NEXT: usize = 8;
+/// One of an account's request slots and, on a plan with a monthly limit,
+/// one reserved image of the month. Dropped without a charge, both are
+/// free again.
+pub struct Slot(SlotKind);
 
-fn account_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
-    Ok(Account {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        plan: Plan {
-            name: row.get(2)?,
-            monthly_limit: row.get(3)?,
-            concurrency: row.get(4)?,
-            api_access: row.get(5)?,
-        },
-        suspended: row.get(6)?,
-        has_login: row.get(7)?,
-    })
+enum SlotKind {
+    Memory(sqlite::Permit),
+    Shared(self::postgres::Lease),
 }
 
-impl Store {
-    /// Opens (creating if needed) `data_dir/cutout.db` and brings its schema up to date.
-    pub fn open(data_dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(data_dir)
-            .map_err(|e| StoreError::Io(data_dir.display().to_string(), e))?;
-        let mut conn = Connection::open(data_dir.join("cutout.db"))?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        // WAL: readers do not block the writer. FULL: every commit is on
-        // the disk before the call is answered, so a power cut or a file
-        // system that turns read-only after an I/O error loses no charge a
-        // client saw (NORMAL lost them: tests/api/disk.rs). It costs one
-        // fsync per image, small beside the cut-out.
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        schema::migrate(&mut conn)?;
-        Ok(Store {
-            conn: Mutex::new(conn),
-            data_dir: data_dir.to_owned(),
-        })
-    }
+/// Everything that touches accounts, keys, plans, usage, slots, sessions
+/// and the operator's password.
+pub trait Store: Send + Sync {
+    /// What the Status page names: the backend and where it is.
+    fn describe(&self) -> String;
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        // A panic while holding the lock leaves SQLite consistent (it rolls
-        // back), so a poisoned lock is still safe to use.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn plans(&self) -> Result<Vec<Plan>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT name, monthly_limit, concurrency, api_access FROM plans ORDER BY concurrency",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(Plan {
-                name: r.get(0)?,
-                monthly_limit: r.get(1)?,
-                concurrency: r.get(2)?,
-                api_access: r.get(3)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    fn check_plan(&self, plan: &str) -> Result<()> {
-        let plans = self.plans()?;
-        if plans.iter().any(|p| p.name == plan) {
-            Ok(())
-        } else {
-            let names: Vec<_> = plans.into_iter().map(|p| p.name).collect();
-            Err(StoreError::NoSuchPlan(plan.to_owned(), names.join(", ")))
-        }
-    }
-
-    pub fn create_account(&self, name: &AccountName, plan: &str, now: i64) -> Result<Account> {
-        self.check_plan(plan)?;
-        let inserted = self.conn().execute(
-            "INSERT INTO accounts (name, plan, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
-            params![name.as_str(), plan, now],
-        )?;
-        if inserted == 0 {
-            return Err(StoreError::AccountExists(name.to_string()));
-        }
-        self.account(name.as_str())
-    }
-
-    pub fn account(&self, name: &str) -> Result<Account> {
-        self.conn()
-            .query_row(
-                &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a JOIN plans p ON p.name = a.plan WHERE a.name = ?1"),
-                [name],
-                account_from_row,
-            )
-            .optional()?
-            .ok_or_else(|| StoreError::NoSuchAccount(name.to_owned()))
-    }
-
-    pub fn account_by_id(&self, id: i64) -> Result<Account> {
-        self.conn()
-            .query_row(
-                &format!("SELECT {ACCOUNT_COLUMNS} FROM accounts a JOIN plans p ON p.name = a.plan WHERE a.id = ?1"),
-                [id],
-                account_from_row,
-            )
-            .optional()?
-            .ok_or_else(|| StoreError::NoSuchAccount(format!("#{id}")))
-    }
-
+    fn plans(&self) -> Result<Vec<Plan>>;
+    fn create_account(&self, name: &AccountName, plan: &str, now: i64) -> Result<Account>;
+    fn account(&self, name: &str) -> Result<Account>;
+    fn account_by_id(&self, id: i64) -> Result<Account>;
     /// Every account with its usage in `month`.
-    pub fn accounts(&self, month: Month) -> Result<Vec<(Account, u32)>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {ACCOUNT_COLUMNS}, COALESCE(u.count, 0) FROM accounts a JOIN plans p ON p.name = a.plan
-             LEFT JOIN usage u ON u.account_id = a.id AND u.month = ?1 ORDER BY a.name"
-        ))?;
-        let rows = stmt.query_map([month.to_string()], |r| {
-            Ok((account_from_row(r)?, r.get(NEXT)?))
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    pub fn set_plan(&self, name: &str, plan: &str) -> Result<()> {
-        self.check_plan(plan)?;
-        match self.conn().execute(
-            "UPDATE accounts SET plan = ?2 WHERE name = ?1",
-            params![name, plan],
-        )? {
-            0 => Err(StoreError::NoSuchAccount(name.to_owned())),
-            _ => Ok(()),
-        }
-    }
-
+    fn accounts(&self, month: Month) -> Result<Vec<(Account, u32)>>;
+    fn set_plan(&self, name: &str, plan: &str) -> Result<()>;
     /// Suspends an account (its keys and its user are refused) or lifts it.
     /// Suspending ends the user's dashboard sessions.
-    pub fn set_suspended(&self, name: &str, suspended: bool, now: i64) -> Result<()> {
-        let account = self.account(name)?;
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.execute(
-            "UPDATE accounts SET suspended_at = ?2 WHERE id = ?1",
-            params![account.id, suspended.then_some(now)],
-        )?;
-        if suspended {
-            tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account.id])?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
+    fn set_suspended(&self, name: &str, suspended: bool, now: i64) -> Result<()>;
     /// Sets the account user's password hash and ends the user's sessions,
     /// so a changed password locks out whoever knew the old one.
-    pub fn set_account_password(&self, name: &str, password_hash: &str) -> Result<()> {
-        let account = self.account(name)?;
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.execute(
-            "UPDATE accounts SET password_hash = ?2 WHERE id = ?1",
-            params![account.id, password_hash],
-        )?;
-        tx.execute("DELETE FROM sessions WHERE account_id = ?1", [account.id])?;
-        tx.commit()?;
-        Ok(())
-    }
-
+    fn set_account_password(&self, name: &str, password_hash: &str) -> Result<()>;
     /// The account named `name` and its user's password hash, for signing in.
-    pub fn account_login(&self, name: &str) -> Result<Option<(Account, Option<String>)>> {
-        Ok(self
-            .conn()
-            .query_row(
-                &format!("SELECT {ACCOUNT_COLUMNS}, a.password_hash FROM accounts a JOIN plans p ON p.name = a.plan WHERE a.name = ?1"),
-                [name],
-                |r| Ok((account_from_row(r)?, r.get(NEXT)?)),
-            )
-            .optional()?)
-    }
-
-    pub fn admin_password_hash(&self) -> Result<Option<String>> {
-        Ok(self
-            .conn()
-            .query_row("SELECT password_hash FROM admin WHERE id = 1", [], |r| {
-                r.get(0)
-            })
-            .optional()?)
-    }
-
+    fn account_login(&self, name: &str) -> Result<Option<(Account, Option<String>)>>;
+    fn admin_password_hash(&self) -> Result<Option<String>>;
     /// Sets the operator's password hash and ends the operator's sessions.
-    pub fn set_admin_password(&self, password_hash: &str, now: i64) -> Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.execute(
-            "INSERT INTO admin (id, password_hash, updated_at) VALUES (1, ?1, ?2)
-             ON CONFLICT (id) DO UPDATE SET password_hash = excluded.password_hash, updated_at = excluded.updated_at",
-            params![password_hash, now],
-        )?;
-        tx.execute("DELETE FROM sessions WHERE account_id IS NULL", [])?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// The key that signs device cookies, made on first use. Not made by the
-    /// migration: SQLite's `randomblob` is not documented as fit for keys.
-    pub fn device_key(&self) -> Result<String> {
-        const SELECT: &str = "SELECT key FROM device_key WHERE id = 1";
-        let conn = self.conn();
-        if let Some(key) = conn.query_row(SELECT, [], |r| r.get(0)).optional()? {
-            return Ok(key);
-        }
-        // `OR IGNORE`: should another process (the command line) have just
-        // made one, the first key stays.
-        conn.execute(
-            "INSERT OR IGNORE INTO device_key (id, key) VALUES (1, ?1)",
-            [random_token()],
-        )?;
-        Ok(conn.query_row(SELECT, [], |r| r.get(0))?)
-    }
-
+    fn set_admin_password(&self, password_hash: &str, now: i64) -> Result<()>;
+    /// The key that signs device cookies, made on first use.
+    fn device_key(&self) -> Result<String>;
     /// Records a new session (by the SHA-256 of its token) and clears out
     /// expired ones.
-    pub fn create_session(
+    fn create_session(
         &self,
         token_hash: &str,
         principal: Principal,
         csrf: &str,
         expires_at: i64,
         now: i64,
-    ) -> Result<()> {
-        let account_id = match principal {
-            Principal::Admin => None,
-            Principal::Account(id) => Some(id),
-        };
-        let conn = self.conn();
-        conn.execute("DELETE FROM sessions WHERE expires_at <= ?1", [now])?;
-        conn.execute(
-            "INSERT INTO sessions (token_hash, account_id, csrf, expires_at) VALUES (?1, ?2, ?3, ?4)",
-            params![token_hash, account_id, csrf, expires_at],
-        )?;
-        Ok(())
-    }
-
+    ) -> Result<()>;
     /// The live session with this token hash. An account user's session
     /// ends with the account's suspension.
-    pub fn session(&self, token_hash: &str, now: i64) -> Result<Option<Session>> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT s.account_id, s.csrf FROM sessions s LEFT JOIN accounts a ON a.id = s.account_id
-                 WHERE s.token_hash = ?1 AND s.expires_at > ?2 AND a.suspended_at IS NULL",
-                params![token_hash, now],
-                |r| {
-                    let account_id: Option<i64> = r.get(0)?;
-                    Ok(Session {
-                        principal: account_id.map_or(Principal::Admin, Principal::Account),
-                        csrf: r.get(1)?,
-                    })
-                },
-            )
-            .optional()?)
-    }
+    fn session(&self, token_hash: &str, now: i64) -> Result<Option<Session>>;
+    fn end_session(&self, token_hash: &str) -> Result<()>;
+    fn create_key_for(&self, account_id: i64, label: &str, now: i64) -> Result<ApiKey>;
+    fn keys_of(&self, account_id: i64) -> Result<Vec<KeyRecord>>;
+    /// Revokes the active key given in full or by a prefix that names exactly one.
+    fn revoke_key(&self, key_or_prefix: &str, now: i64) -> Result<()>;
+    /// Revokes `account_id`'s active key with exactly this prefix; another
+    /// account's key is as unknown as one that does not exist.
+    fn revoke_key_of(&self, account_id: i64, prefix: &str, now: i64) -> Result<()>;
+    /// The account behind an active key, or `None` for an unknown or revoked one.
+    fn authenticate(&self, key: &ApiKey) -> Result<Option<Caller>>;
+    fn usage(&self, account_id: i64, month: Month) -> Result<u32>;
+    fn set_usage(&self, account: &str, month: Month, count: u32) -> Result<()>;
+    fn is_empty(&self) -> Result<bool>;
 
-    pub fn end_session(&self, token_hash: &str) -> Result<()> {
-        self.conn()
-            .execute("DELETE FROM sessions WHERE token_hash = ?1", [token_hash])?;
-        Ok(())
-    }
+    /// Takes one of `account`'s slots and, on a plan with a monthly limit,
+    /// reserves one image of `month`: checked and taken at once, so with 3
+    /// images left and 8 parallel calls exactly 3 get in, on one appliance
+    /// or across all that share the store.
+    fn admit(&self, account: &Account, month: Month) -> Result<std::result::Result<Slot, Refusal>>;
+    /// Counts one image for the caller in `month` (with the key's last-used
+    /// time) and frees the slot, in one transaction; returns the month's
+    /// new count.
+    fn charge(&self, slot: Slot, caller: &Caller, month: Month, now: i64) -> Result<u32>;
+    /// Requests of `account_id` in flight, on every appliance.
+    fn in_flight(&self, account_id: i64) -> Result<u32>;
+
+    /// Whether a charge could be written now.
+    fn check_writable(&self) -> Result<()>;
+    /// `check_writable`, then a real write: after a write has failed, a
+    /// file system that went read-only on an error may still grant locks.
+    fn probe_write(&self, now: i64) -> Result<()>;
 
     /// Makes a key for `account`; the clear key exists only in the return value.
-    pub fn create_key(&self, account: &str, label: &str, now: i64) -> Result<ApiKey> {
+    fn create_key(&self, account: &str, label: &str, now: i64) -> Result<ApiKey> {
         let account = self.account(account)?;
         self.create_key_for(account.id, label, now)
     }
 
-    pub fn create_key_for(&self, account_id: i64, label: &str, now: i64) -> Result<ApiKey> {
-        let key = ApiKey::generate();
-        self.conn().execute(
-            "INSERT INTO api_keys (account_id, prefix, hash, label, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![account_id, key.prefix(), key.hash(), label, now],
-        )?;
-        Ok(key)
-    }
-
-    pub fn keys(&self, account: &str) -> Result<Vec<KeyRecord>> {
+    fn keys(&self, account: &str) -> Result<Vec<KeyRecord>> {
         let account = self.account(account)?;
         self.keys_of(account.id)
     }
-
-    pub fn keys_of(&self, account_id: i64) -> Result<Vec<KeyRecord>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT prefix, label, created_at, last_used_at, revoked_at FROM api_keys WHERE account_id = ?1 ORDER BY id",
-        )?;
-        let rows = stmt.query_map([account_id], |r| {
-            Ok(KeyRecord {
-                prefix: r.get(0)?,
-                label: r.get(1)?,
-                created_at: r.get(2)?,
-                last_used_at: r.get(3)?,
-                revoked_at: r.get(4)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    /// Revokes the active key given in full or by a prefix that names exactly one.
-    pub fn revoke_key(&self, key_or_prefix: &str, now: i64) -> Result<()> {
-        let conn = self.conn();
-        let ids: Vec<i64> = match ApiKey::parse(key_or_prefix) {
-            Some(key) => conn
-                .prepare("SELECT id FROM api_keys WHERE hash = ?1 AND revoked_at IS NULL")?
-                .query_map([key.hash()], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?,
-            None if key_or_prefix.len() >= 4 => conn
-                .prepare("SELECT id FROM api_keys WHERE substr(prefix, 1, ?2) = ?1 AND revoked_at IS NULL")?
-                .query_map(params![key_or_prefix, key_or_prefix.len()], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?,
-            None => vec![],
-        };
-        match ids.as_slice() {
-            [] => Err(StoreError::NoSuchKey(key_or_prefix.to_owned())),
-            [id] => {
-                conn.execute(
-                    "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1",
-                    params![id, now],
-                )?;
-                Ok(())
-            }
-            _ => Err(StoreError::AmbiguousKey(key_or_prefix.to_owned())),
-        }
-    }
-
-    /// Revokes `account_id`'s active key with exactly this prefix; another
-    /// account's key is as unknown as one that does not exist.
-    pub fn revoke_key_of(&self, account_id: i64, prefix: &str, now: i64) -> Result<()> {
-        match self.conn().execute(
-            "UPDATE api_keys SET revoked_at = ?3 WHERE account_id = ?1 AND prefix = ?2 AND revoked_at IS NULL",
-            params![account_id, prefix, now],
-        )? {
-            0 => Err(StoreError::NoSuchKey(prefix.to_owned())),
-            _ => Ok(()),
-        }
-    }
-
-    /// The account behind an active key, or `None` for an unknown or revoked one.
-    pub fn authenticate(&self, key: &ApiKey) -> Result<Option<Caller>> {
-        Ok(self
-            .conn()
-            .query_row(
-                &format!(
-                    "SELECT {ACCOUNT_COLUMNS}, k.id FROM api_keys k JOIN accounts a ON a.id = k.account_id
-                     JOIN plans p ON p.name = a.plan WHERE k.hash = ?1 AND k.revoked_at IS NULL"
-                ),
-                [key.hash()],
-                |r| Ok(Caller { account: account_from_row(r)?, key_id: Some(r.get(NEXT)?) }),
-            )
-            .optional()?)
-    }
-
-    pub fn usage(&self, account_id: i64, month: Month) -> Result<u32> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT count FROM usage WHERE account_id = ?1 AND month = ?2",
-                params![account_id, month.to_string()],
-                |r| r.get(0),
-            )
-            .optional()?
-            .unwrap_or(0))
-    }
-
-    /// Counts one image for the caller in `month`, in one transaction with
-    /// the key's last-used time; returns the month's new count.
-    pub fn charge(&self, caller: &Caller, month: Month, now: i64) -> Result<u32> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let count = tx.query_row(
-            "INSERT INTO usage (account_id, month, count) VALUES (?1, ?2, 1)
-             ON CONFLICT (account_id, month) DO UPDATE SET count = count + 1 RETURNING count",
-            params![caller.account.id, month.to_string()],
-            |r| r.get(0),
-        )?;
-        if let Some(key_id) = caller.key_id {
-            tx.execute(
-                "UPDATE api_keys SET last_used_at = ?2 WHERE id = ?1",
-                params![key_id, now],
-            )?;
-        }
-        tx.commit()?;
-        Ok(count)
-    }
-
-    pub fn set_usage(&self, account: &str, month: Month, count: u32) -> Result<()> {
-        let account = self.account(account)?;
-        self.conn().execute(
-            "INSERT INTO usage (account_id, month, count) VALUES (?1, ?2, ?3)
-             ON CONFLICT (account_id, month) DO UPDATE SET count = excluded.count",
-            params![account.id, month.to_string(), count],
-        )?;
-        Ok(())
-    }
-
-    pub fn is_empty(&self) -> Result<bool> {
-        Ok(self
-            .conn()
-            .query_row("SELECT COUNT(*) = 0 FROM accounts", [], |r| r.get(0))?)
-    }
-
-    /// A write that changes nothing, to tell whether the database takes writes.
-    /// Whether a charge could be written now: the data directory is on a
-    /// writable file system with room left, and the write lock is free.
-    pub fn check_writable(&self) -> Result<()> {
-        let fs = rustix::fs::statvfs(&self.data_dir)
-            .map_err(|e| StoreError::NotWritable(format!("cannot be examined: {e}")))?;
-        if fs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
-            return Err(StoreError::NotWritable(
-                "is on a read-only file system".into(),
-            ));
-        }
-        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
-        if free < MIN_FREE_BYTES {
-            return Err(StoreError::NotWritable(format!(
-                "is full ({} KiB free, {} MiB needed)",
-                free / 1024,
-                MIN_FREE_BYTES >> 20
-            )));
-        }
-        self.conn().execute_batch("BEGIN IMMEDIATE; ROLLBACK;")?;
-        Ok(())
-    }
-
-    /// `check_writable`, then a real write: after a write has failed, a
-    /// file system that went read-only on an error may still grant locks.
-    pub fn probe_write(&self, now: i64) -> Result<()> {
-        self.check_writable()?;
-        self.conn().execute(
-            "INSERT OR REPLACE INTO write_probe (id, written_at) VALUES (1, ?1)",
-            [now],
-        )?;
-        Ok(())
-    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Where the store is: `None` is the SQLite file in the data directory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreSettings {
+    /// `postgres://…`; its password, if any, may come from `password_file`.
+    pub url: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+}
 
-    #[test]
-    fn the_device_key_is_made_once_and_outlives_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
-        let key = Store::open(dir.path()).unwrap().device_key().unwrap();
-        assert_eq!(key.len(), 64);
-        let reopened = Store::open(dir.path()).unwrap();
-        assert_eq!(reopened.device_key().unwrap(), key);
-        assert_ne!(
-            Store::open(tempfile::tempdir().unwrap().path())
-                .unwrap()
-                .device_key()
-                .unwrap(),
-            key
-        );
+/// Opens the configured store and brings its schema up to date.
+pub fn open(settings: &StoreSettings, data_dir: &Path) -> Result<Arc<dyn Store>> {
+    Ok(match &settings.url {
+        None => Arc::new(SqliteStore::open(data_dir)?),
+        Some(url) => Arc::new(PostgresStore::open(url, settings.password_file.as_deref())?),
+    })
+}
+
+/// `plan` if it is one of `plans`, else the error that lists them.
+fn check_plan(plans: Vec<Plan>, plan: &str) -> Result<()> {
+    if plans.iter().any(|p| p.name == plan) {
+        Ok(())
+    } else {
+        let names: Vec<_> = plans.into_iter().map(|p| p.name).collect();
+        Err(StoreError::NoSuchPlan(plan.to_owned(), names.join(", ")))
     }
 }

@@ -1,5 +1,6 @@
 //! The operator's command line, run as a user would run it.
 
+use cutout::store::Store;
 use std::process::{Command, Output};
 
 fn cutout(data: &std::path::Path, args: &[&str]) -> Output {
@@ -251,7 +252,7 @@ fn admin_set_password_reads_the_password_from_stdin_and_stores_only_a_hash() {
     assert!(set_password(data.path(), "a fine password\n")
         .status
         .success());
-    let store = cutout::store::Store::open(data.path()).unwrap();
+    let store = cutout::store::SqliteStore::open(data.path()).unwrap();
     let hash = store.admin_password_hash().unwrap().unwrap();
     assert!(hash.starts_with("$argon2id$"));
     assert!(cutout::secrets::verify_password(

@@ -2,6 +2,7 @@
 //! served loses no charge and makes none twice.
 
 use crate::helpers::*;
+use cutout::store::Store;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -112,7 +113,7 @@ fn kill_9_in_the_middle_of_200_requests_loses_and_doubles_no_charge() {
     }
     drop(restarted);
 
-    let store = cutout::store::Store::open(data.path()).unwrap();
+    let store = cutout::store::SqliteStore::open(data.path()).unwrap();
     let month = cutout::domain::Month::of_unix(cutout::clock::Clock::default().now_unix());
     let total = served_so_far();
     assert!(total >= 100, "only {total} of 200 calls were served");

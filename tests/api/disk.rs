@@ -5,6 +5,7 @@
 //! needs root (as CI, and `make test-deb` before it, already have).
 
 use crate::helpers::*;
+use cutout::store::Store;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -176,7 +177,7 @@ fn a_full_or_read_only_data_directory_answers_503_logs_once_and_recovers() {
 
     // Every charge made is on the disk: mount it again and count.
     fs.remount();
-    let store = cutout::store::Store::open(&data).unwrap();
+    let store = cutout::store::SqliteStore::open(&data).unwrap();
     let month = cutout::domain::Month::of_unix(cutout::clock::Clock::default().now_unix());
     let acme = store.account("acme").unwrap();
     assert_eq!(

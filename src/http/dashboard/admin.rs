@@ -143,8 +143,8 @@ pub(super) fn status_view(cx: &Ctx) -> StatusView {
         },
         model_load: state.stats.model_load(),
         database: match state.database_writable() {
-            Ok(()) => "writable".into(),
-            Err(e) => format!("not writable: {e}"),
+            Ok(()) => format!("{}: writable", state.store.describe()),
+            Err(e) => format!("{}: not writable: {e}", state.store.describe()),
         },
         queue_depth: queue.depth(),
         queue_capacity: queue.capacity(),

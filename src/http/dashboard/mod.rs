@@ -136,7 +136,7 @@ fn failure(auth: Option<&Auth>, failure: Failure) -> Body {
         Failure::BadForm => (400, "Bad form", "The form could not be read. Reload the page and try again."),
         Failure::Store(e) => {
             log::error!("dashboard: {e}");
-            (503, "Database unavailable", "The appliance cannot read or write its database right now. Try again in a moment; if it persists, check the appliance's disk.")
+            (503, "Database unavailable", "The appliance cannot read or write its database right now. Try again in a moment; if it persists, check the appliance's disk, or the PostgreSQL server it shares.")
         }
     };
     html(status, view::message_page(title, &nav, message))

@@ -38,7 +38,7 @@ pub fn u2netp() -> Arc<dyn Engine> {
 
 pub struct TestApp {
     pub addr: SocketAddr,
-    pub store: Store,
+    pub store: Arc<dyn Store>,
     pub now: Arc<AtomicI64>,
     pub shutdown: ShutdownHandle,
     pub state: Arc<AppState>,
@@ -78,7 +78,7 @@ pub fn spawn_app_with(engine: EngineSource, tweak: impl FnOnce(&mut Settings)) -
     let app = App::build(settings, engine).unwrap();
     let (addr, shutdown, state) = (app.addr(), app.shutdown_handle(), app.state());
     let server = thread::spawn(move || app.run());
-    let store = Store::open(data_dir.path()).unwrap();
+    let store = state.store.clone();
     TestApp {
         addr,
         store,
@@ -109,9 +109,9 @@ impl TestApp {
     }
 
     pub fn in_flight(&self, name: &str) -> u32 {
-        self.state
-            .limiter
+        self.store
             .in_flight(self.store.account(name).unwrap().id)
+            .unwrap()
     }
 
     pub fn used(&self, name: &str) -> u32 {

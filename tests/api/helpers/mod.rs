@@ -1,16 +1,21 @@
 //! What the API tests share, by what it helps with: the app in this process
 //! (`app`), HTTP as a client speaks it (`http`), test images (`images`), the
-//! dashboard as a browser uses it (`browser`), and the binary as a child
-//! process (`child`).
+//! dashboard as a browser uses it (`browser`), the binary as a child
+//! process (`child`), a throw-away PostgreSQL server (`postgres`) and a
+//! load balancer in front of several appliances (`haproxy`).
 
 mod app;
 mod browser;
 mod child;
+mod haproxy;
 mod http;
 mod images;
+mod postgres;
 
 pub use app::*;
 pub use browser::*;
 pub use child::*;
+pub use haproxy::*;
 pub use http::*;
 pub use images::*;
+pub use postgres::*;

@@ -10,11 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-#[derive(Debug, PartialEq, Eq)]
-pub enum Refusal {
-    TooManyConcurrent { limit: u32 },
-    QuotaExceeded { limit: u32 },
-}
+use crate::store::Refusal;
 
 #[derive(Default)]
 struct Counters {
