@@ -11,6 +11,10 @@ pub enum SizeMode {
     Auto,
     /// At most 0.25 MP, aspect kept, never upscaled.
     Preview,
+    /// At most 1.5 MP (remove.bg's `medium`).
+    Medium,
+    /// At most 4 MP (remove.bg's `hd`).
+    Hd,
     /// The input's resolution; above 25 MP is refused.
     Full,
 }
@@ -19,8 +23,12 @@ impl SizeMode {
     pub fn parse(s: &str) -> Option<SizeMode> {
         match s {
             "auto" => Some(SizeMode::Auto),
-            "preview" => Some(SizeMode::Preview),
-            "full" => Some(SizeMode::Full),
+            "preview" | "small" | "regular" => Some(SizeMode::Preview),
+            "medium" => Some(SizeMode::Medium),
+            "hd" => Some(SizeMode::Hd),
+            "full" | "4k" => Some(SizeMode::Full),
+            // remove.bg's largest: here, the most this appliance gives.
+            "50MP" => Some(SizeMode::Auto),
             _ => None,
         }
     }
@@ -42,11 +50,35 @@ impl SubjectType {
         match s {
             "auto" => Some(SubjectType::Auto),
             "person" => Some(SubjectType::Person),
-            "general" => Some(SubjectType::General),
+            // remove.bg's product and car: whole objects, IS-Net's work.
+            "general" | "product" | "car" => Some(SubjectType::General),
             _ => None,
         }
     }
 }
+
+/// Options remove.bg documents that this appliance does not offer, with
+/// the values that ask for what it does anyway (remove.bg's defaults, which
+/// its clients often send): those are taken, any other value is refused by
+/// name, never served as if it were not there.
+pub const REMOVE_BG_OPTIONS: &[(&str, &[&str])] = &[
+    ("format", &["auto", "png"]),
+    ("channels", &["rgba"]),
+    ("bg_color", &[""]),
+    ("crop", &["false"]),
+    ("crop_margin", &["0", "0px", "0%"]),
+    ("roi", &["0% 0% 100% 100%"]),
+    ("scale", &["original"]),
+    ("position", &["original"]),
+    ("semitransparency", &["true"]),
+    ("add_shadow", &["false"]),
+    ("shadow_type", &[]),
+    ("shadow_opacity", &[]),
+    ("image_file_b64", &[]),
+    ("image_url", &[]),
+    ("bg_image_file", &[]),
+    ("bg_image_url", &[]),
+];
 
 /// An account's name: 1 to 64 of `A-Z a-z 0-9 . _ -`, so it is safe in logs,
 /// URLs and shell lines without quoting. Not `.` or `..`, which are no
@@ -320,7 +352,10 @@ mod tests {
         assert_eq!(SubjectType::parse("person"), Some(SubjectType::Person));
         assert_eq!(SubjectType::parse("general"), Some(SubjectType::General));
         assert_eq!(SubjectType::parse("Person"), None);
-        assert_eq!(SubjectType::parse("car"), None);
+        assert_eq!(SubjectType::parse("car"), Some(SubjectType::General));
+        assert_eq!(SubjectType::parse("truck"), None);
+        assert_eq!(SizeMode::parse("hd"), Some(SizeMode::Hd));
+        assert_eq!(SizeMode::parse("50mp"), None);
     }
 
     proptest! {

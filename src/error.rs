@@ -17,8 +17,18 @@ pub enum ApiError {
     QuotaExceeded { limit: u32 },
     #[error("too many concurrent requests")]
     TooManyConcurrentRequests { limit: u32 },
+    /// No image_file part; `found` names a file part sent under another name.
     #[error("no image_file part")]
-    MissingImageFile,
+    MissingImageFile { found: Option<String> },
+    #[error("unknown field {0:?}")]
+    UnknownField(String),
+    /// A remove.bg option, at a value other than those in `offered`.
+    #[error("remove.bg option {name}={value:?} not offered")]
+    UnsupportedOption {
+        name: &'static str,
+        value: String,
+        offered: &'static [&'static str],
+    },
     #[error("invalid size")]
     InvalidSize,
     #[error("invalid type")]
@@ -63,9 +73,11 @@ pub struct Documented {
 /// What `POST /api/remove-bg` can answer besides 200, in the order the docs
 /// show it. A unit test keeps it in step with `describe`.
 pub const REMOVE_BG_ERRORS: &[Documented] = &[
-    Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part." },
-    Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full." },
-    Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general." },
+    Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part; the detail names a file part sent under another name (file, image, photo)." },
+    Documented { status: 400, code: "unknown_field", title: "Unknown field", when: "The form has a field this API does not know; the detail names it." },
+    Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "The form has a remove.bg option at a value this appliance does not offer; it takes each one's default (format=png or auto, channels=rgba, crop=false, add_shadow=false, ...). The detail names it." },
+    Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full, nor one of remove.bg's names (small, regular, medium, hd, 4k, 50MP)." },
+    Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general, nor one of remove.bg's (product, car)." },
     Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
     Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels." },
     Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
@@ -103,7 +115,9 @@ impl ApiError {
                 "too_many_concurrent_requests",
                 "Too many concurrent requests",
             ),
-            MissingImageFile => (400, "missing_image_file", "Missing image file"),
+            MissingImageFile { .. } => (400, "missing_image_file", "Missing image file"),
+            UnknownField(_) => (400, "unknown_field", "Unknown field"),
+            UnsupportedOption { .. } => (400, "unsupported_option", "Unsupported option"),
             InvalidSize => (400, "invalid_size", "Invalid size"),
             InvalidType => (400, "invalid_type", "Invalid type"),
             InvalidImage(_) => (400, "invalid_image", "Invalid image"),
@@ -153,9 +167,22 @@ impl ApiError {
             TooManyConcurrentRequests { limit } => {
                 format!("The account's plan allows {limit} requests at a time; retry when one finishes.")
             }
-            MissingImageFile => "The multipart form has no image_file part.".into(),
-            InvalidSize => "size must be one of auto, preview, full.".into(),
-            InvalidType => "type must be one of auto, person, general.".into(),
+            MissingImageFile { found: None } => "The multipart form has no image_file part.".into(),
+            MissingImageFile { found: Some(name) } => format!(
+                "The multipart form has a file part named {name:?} but none named image_file: name the image's part image_file."
+            ),
+            UnknownField(name) => format!(
+                "The form has a field named {name:?}, which this API does not know; it takes image_file, size and type."
+            ),
+            UnsupportedOption { name, offered: [], .. } => format!(
+                "{name} is a remove.bg option this appliance does not offer; send the request without it."
+            ),
+            UnsupportedOption { name, value, offered } => format!(
+                "{name}={value:?} is a remove.bg option value this appliance does not offer; it takes {name}={:?} (what it does anyway), or no {name} at all.",
+                offered[0]
+            ),
+            InvalidSize => "size must be one of auto, preview, full (or remove.bg's small, regular, medium, hd, 4k, 50MP).".into(),
+            InvalidType => "type must be one of auto, person, general (or remove.bg's product, car).".into(),
             InvalidImage(why) => format!("The image could not be decoded: {why}."),
             ImageTooLarge { width, height } => {
                 format!("The image is {width}x{height}; at most {MAX_PIXELS_DECODED} pixels are accepted.")
@@ -201,7 +228,13 @@ mod tests {
             AccountSuspended,
             QuotaExceeded { limit: 1 },
             TooManyConcurrentRequests { limit: 1 },
-            MissingImageFile,
+            MissingImageFile { found: None },
+            UnknownField("x".into()),
+            UnsupportedOption {
+                name: "x",
+                value: "y".into(),
+                offered: &[],
+            },
             InvalidSize,
             InvalidType,
             InvalidImage("x".into()),

@@ -2,6 +2,7 @@
 //! with the reader's own key prefix filled in.
 
 use super::{page, Nav};
+use crate::domain::REMOVE_BG_OPTIONS;
 use crate::error::REMOVE_BG_ERRORS;
 use maud::{html, Markup};
 
@@ -24,6 +25,7 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
             h2 { "Remove a background" }
             p.endpoint { code { "POST " (url) } }
             p { "Send a photo as a multipart form; the answer is a PNG of the same photo with a transparent background (" code { "Content-Type: image/png" } "). Save it as a file." }
+            p { "remove.bg's clients can call " code { "POST " (base_url) "/v1.0/removebg" } " instead, its route: the same form, answer and errors, with remove.bg's names for sizes and types." }
             @if let Some(prefix) = key_prefix {
                 p.hint { "The examples use your key " code { (prefix) "…" } ". Put the whole key there: it was shown once, when you created it." }
             } @else {
@@ -47,6 +49,7 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                                     li { code { "auto" } ": the photo's resolution, scaled down to 25 megapixels when larger." }
                                     li { code { "preview" } ": at most 0.25 megapixels, aspect ratio kept, never enlarged." }
                                     li { code { "full" } ": the photo's resolution; above 25 megapixels is refused with " code { "resolution_too_high" } "." }
+                                    li { "remove.bg's names: " code { "small" } " and " code { "regular" } " are " code { "preview" } "; " code { "medium" } " at most 1.5 and " code { "hd" } " at most 4 megapixels; " code { "4k" } " is " code { "full" } "; " code { "50MP" } " is " code { "auto" } ", the most this appliance gives." }
                                 }
                             }
                         }
@@ -58,6 +61,25 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                                     li { code { "auto" } ": the appliance's configured model (IS-Net unless the operator chose another). Where IS-Net is unsure of the subject, MODNet is asked too, and its matte is used when it is surer of the same subject." }
                                     li { code { "person" } ": MODNet, for people: soft edges in hair, but objects beside the person are dropped." }
                                     li { code { "general" } ": IS-Net, for any object, person or animal." }
+                                    li { "remove.bg's " code { "product" } " and " code { "car" } ": IS-Net, as " code { "general" } "." }
+                                }
+                            }
+                        }
+                        tr {
+                            td { "form fields" } td { "remove.bg's options" }
+                            td {
+                                "Optional. Taken at the values that ask for what the appliance does anyway (remove.bg's defaults, which its clients often send); any other value is refused with " code { "unsupported_option" } ", never ignored. A field this API does not know is refused with " code { "unknown_field" } "."
+                                ul {
+                                    @for (name, offered) in REMOVE_BG_OPTIONS {
+                                        li {
+                                            code { (name) } ": "
+                                            @if offered.is_empty() { "not offered" }
+                                            @for (i, value) in offered.iter().enumerate() {
+                                                @if i > 0 { " or " }
+                                                code { (format!("{value:?}")) }
+                                            }
+                                        }
+                                    }
                                 }
                             }
                         }

@@ -1,6 +1,7 @@
 //! The API contract as an OpenAPI 3.1 document, made from the same error
 //! table as the docs page, so the two cannot disagree.
 
+use crate::domain::REMOVE_BG_OPTIONS;
 use crate::error::{MAX_IMAGE_BYTES, REMOVE_BG_ERRORS};
 use serde_json::{json, Map, Value};
 
@@ -14,6 +15,7 @@ pub fn document(version: &str) -> Value {
                 "X-Width": { "schema": { "type": "integer" }, "description": "Width of the cut-out in pixels." },
                 "X-Height": { "schema": { "type": "integer" }, "description": "Height of the cut-out in pixels." },
                 "X-Model": { "schema": { "type": "string" }, "description": "The model that made the matte: isnet, isnet-int8, modnet or u2netp (with type=auto, modnet where IS-Net was unsure and MODNet's second opinion was kept)." },
+                "X-Type": { "schema": { "type": "string", "enum": ["person", "product", "car", "other"] }, "description": "remove.bg's kind of subject: the type asked for where it names one (person, product, car), else other (the appliance does not classify the subject)." },
                 "X-RateLimit-Limit": { "schema": { "type": "integer" }, "description": "Images a month (plans with a monthly limit only)." },
                 "X-RateLimit-Remaining": { "schema": { "type": "integer" }, "description": "Images left this month (plans with a monthly limit only)." },
                 "X-RateLimit-Reset": { "schema": { "type": "integer" }, "description": "Unix time the count resets: the next UTC month (plans with a monthly limit only)." },
@@ -55,6 +57,38 @@ pub fn document(version: &str) -> Value {
         }
         responses.insert(status.to_string(), response);
     }
+    // remove.bg's route is the same operation, so its clients need only a
+    // new address.
+    let mut properties = json!({
+        "image_file": { "type": "string", "contentMediaType": "application/octet-stream",
+            "description": format!("JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes and 50 megapixels.") },
+        "size": { "type": "string", "enum": ["auto", "preview", "full", "small", "regular", "medium", "hd", "4k", "50MP"], "default": "auto",
+            "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP. remove.bg's names: small and regular are preview, medium at most 1.5 MP, hd at most 4 MP, 4k is full, 50MP is auto (the most this appliance gives)." },
+        "type": { "type": "string", "enum": ["auto", "person", "general", "product", "car"], "default": "auto",
+            "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object). remove.bg's product and car: IS-Net, as general." }
+    });
+    for (name, offered) in REMOVE_BG_OPTIONS
+        .iter()
+        .filter(|(_, offered)| !offered.is_empty())
+    {
+        properties[name] = json!({ "type": "string", "enum": offered,
+            "description": "remove.bg's option, at the value(s) that ask for what the appliance does anyway; any other value is refused with unsupported_option." });
+    }
+    let operation = |id: &str| {
+        json!({
+            "operationId": id,
+            "summary": "Remove the background of a photo",
+            "requestBody": { "required": true, "content": { "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["image_file"],
+                    "properties": properties.clone()
+                },
+                "encoding": { "image_file": { "contentType": "image/jpeg, image/png, image/webp" } }
+            } } },
+            "responses": responses.clone()
+        })
+    };
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -82,25 +116,9 @@ pub fn document(version: &str) -> Value {
             }
         },
         "security": [{ "apiKey": [] }],
-        "paths": { "/api/remove-bg": { "post": {
-            "operationId": "removeBackground",
-            "summary": "Remove the background of a photo",
-            "requestBody": { "required": true, "content": { "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["image_file"],
-                    "properties": {
-                        "image_file": { "type": "string", "contentMediaType": "application/octet-stream",
-                            "description": format!("JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes and 50 megapixels.") },
-                        "size": { "type": "string", "enum": ["auto", "preview", "full"], "default": "auto",
-                            "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP." },
-                        "type": { "type": "string", "enum": ["auto", "person", "general"], "default": "auto",
-                            "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object)." }
-                    }
-                },
-                "encoding": { "image_file": { "contentType": "image/jpeg, image/png, image/webp" } }
-            } } },
-            "responses": responses
-        } } }
+        "paths": {
+            "/api/remove-bg": { "post": operation("removeBackground") },
+            "/v1.0/removebg": { "post": operation("removeBackgroundAsRemoveBg") }
+        }
     })
 }

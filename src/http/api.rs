@@ -51,10 +51,11 @@ fn handle(
         .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?;
     let caller = caller.ok_or(ApiError::InvalidApiKey)?;
     *account_name = Some(caller.account.name.clone());
-    let (admission, form) = admit_and_read_form(state, &caller, request)?;
+    let (admission, mut form) = admit_and_read_form(state, &caller, request)?;
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
-    let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
+    let x_type = foreground_type(form.subject.as_deref());
+    let image = form.take_image()?;
     let done = admission.cut_out_and_charge(&caller, &image, size, subject)?;
 
     // Content-Length rather than chunked: clients saving a file like to know its size.
@@ -64,6 +65,7 @@ fn handle(
         .with_header(header("X-Width", done.cut.width))
         .with_header(header("X-Height", done.cut.height))
         .with_header(header("X-Model", &done.cut.model))
+        .with_header(header("X-Type", x_type))
         .with_header(header("Server-Timing", server_timing(&done.cut.timings)));
     if let Some(limit) = caller.account.plan.monthly_limit {
         response.add_header(header("X-RateLimit-Limit", limit));
@@ -98,6 +100,18 @@ pub fn parse_subject(subject: Option<&str>) -> Result<SubjectType, ApiError> {
     match subject {
         None => Ok(SubjectType::Auto),
         Some(s) => SubjectType::parse(s.trim()).ok_or(ApiError::InvalidType),
+    }
+}
+
+/// remove.bg's `X-Type`, the kind of subject: the type asked for where it
+/// names one (person, product, car); otherwise `other`, as the appliance
+/// does not classify what it cuts out.
+fn foreground_type(subject: Option<&str>) -> &'static str {
+    match subject.map(str::trim) {
+        Some("person") => "person",
+        Some("product") => "product",
+        Some("car") => "car",
+        _ => "other",
     }
 }
 

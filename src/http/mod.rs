@@ -199,7 +199,11 @@ fn serve(state: &AppState, server: &Server, mut request: Request) {
     let status = response.status_code().0;
     let bytes = response.data_length().unwrap_or(0);
     state.stats.record_request(route_label(&path), status);
-    let cut_out_call = method == Method::Post && (path == "/api/remove-bg" || path == "/try");
+    let cut_out_call = method == Method::Post
+        && matches!(
+            path.as_str(),
+            "/api/remove-bg" | REMOVE_BG_COMPATIBLE | "/try"
+        );
     if cut_out_call {
         state
             .stats
@@ -217,6 +221,9 @@ fn serve(state: &AppState, server: &Server, mut request: Request) {
     );
 }
 
+/// remove.bg's own route, so that its clients need only a new address.
+const REMOVE_BG_COMPATIBLE: &str = "/v1.0/removebg";
+
 /// A request line may hold 8 KiB; its log line keeps this much of the path.
 const MAX_LOGGED_PATH: usize = 200;
 
@@ -233,7 +240,7 @@ fn shortened(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 /// made-up paths cannot grow the label space.
 fn route_label(path: &str) -> &'static str {
     match path {
-        "/api/remove-bg" => "remove_bg",
+        "/api/remove-bg" | REMOVE_BG_COMPATIBLE => "remove_bg",
         "/try" => "try",
         "/healthz" | "/readyz" => "health",
         "/metrics" => "metrics",
@@ -279,14 +286,16 @@ fn route(
     };
     let get = matches!(method, Method::Get | Method::Head);
     match (path, method) {
-        ("/api/remove-bg", Method::Post) => api::remove_bg(state, request),
+        ("/api/remove-bg" | REMOVE_BG_COMPATIBLE, Method::Post) => api::remove_bg(state, request),
         ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
         ("/readyz", _) if get => plain(readiness(state)),
         ("/api/openapi.json", _) if get => plain(dashboard::openapi_json()),
         ("/metrics", _) if get => plain(metrics::response(state, server)),
-        ("/api/remove-bg", _) => plain(respond::error(&ApiError::MethodNotAllowed {
-            allow: "POST",
-        })),
+        ("/api/remove-bg" | REMOVE_BG_COMPATIBLE, _) => {
+            plain(respond::error(&ApiError::MethodNotAllowed {
+                allow: "POST",
+            }))
+        }
         ("/healthz" | "/readyz" | "/api/openapi.json" | "/metrics", _) => {
             plain(respond::error(&ApiError::MethodNotAllowed {
                 allow: "GET, HEAD",

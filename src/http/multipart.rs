@@ -5,6 +5,7 @@
 //! reading stops the moment a body passes it, and a declared length over it
 //! is refused before a byte is read.
 
+use crate::domain::REMOVE_BG_OPTIONS;
 use crate::error::{ApiError, MAX_IMAGE_BYTES};
 use bytes::Bytes;
 use futures_util::stream;
@@ -28,7 +29,29 @@ pub struct Form {
     pub subject: Option<String>,
     /// The dashboard's Try it form carries its CSRF token here.
     pub csrf: Option<String>,
+    /// The first file part under another name than image_file (`file`,
+    /// `image`, `photo`), for the error that says what to call it.
+    pub misnamed_file: Option<String>,
 }
+
+impl Form {
+    /// The image, or the error that says what the form had instead.
+    pub fn take_image(&mut self) -> Result<Vec<u8>, ApiError> {
+        self.image_file
+            .take()
+            .ok_or_else(|| ApiError::MissingImageFile {
+                found: self.misnamed_file.take(),
+            })
+    }
+}
+
+/// remove.bg's option `name`, with the values taken.
+fn remove_bg_option(name: &str) -> Option<(&'static str, &'static [&'static str])> {
+    REMOVE_BG_OPTIONS.iter().find(|o| o.0 == name).copied()
+}
+
+/// A field name as an error repeats it: at most this many characters.
+const MAX_NAME_SHOWN: usize = 64;
 
 /// Parses the body as `multipart/form-data`. `content_length`, when the
 /// client sent one, lets an oversized body be refused before it is read.
@@ -52,10 +75,12 @@ pub fn read_form(
     if content_length.is_some_and(|n| n > MAX_BODY_BYTES) {
         return Err(ApiError::FileTooLarge);
     }
+    // Every part may be as large as an image, so that a file part under
+    // another name is read past and named, not refused as too large; the
+    // text fields are held to MAX_FIELD_BYTES as they are read.
     let limits = SizeLimit::new()
         .whole_stream(MAX_BODY_BYTES)
-        .per_field(MAX_FIELD_BYTES)
-        .for_field("image_file", MAX_IMAGE_BYTES);
+        .per_field(MAX_IMAGE_BYTES);
     let feed = Arc::new(Mutex::new(Feed::Empty));
     let chunks = {
         let feed = feed.clone();
@@ -122,6 +147,18 @@ fn read_chunk(body: &mut impl Read) -> Feed {
 async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Form, ApiError> {
     let mut form = Form::default();
     while let Some(mut field) = multipart.next_field().await.map_err(from_multer)? {
+        if let Some((name, offered)) = field.name().and_then(remove_bg_option) {
+            let value = text_of(&mut field).await?;
+            if !offered.contains(&value.trim()) {
+                let value = value.chars().take(MAX_NAME_SHOWN).collect();
+                return Err(ApiError::UnsupportedOption {
+                    name,
+                    value,
+                    offered,
+                });
+            }
+            continue;
+        }
         match field.name() {
             Some("image_file") => {
                 if form.image_file.is_some() {
@@ -131,14 +168,37 @@ async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Fo
                 }
                 form.image_file = Some(all_of(&mut field, image_capacity).await?);
             }
-            Some("size") => form.size = Some(field.text().await.map_err(from_multer)?),
-            Some("type") => form.subject = Some(field.text().await.map_err(from_multer)?),
-            Some("csrf") => form.csrf = Some(field.text().await.map_err(from_multer)?),
-            // Unknown fields are read past, so newer clients still work.
-            _ => while field.chunk().await.map_err(from_multer)?.is_some() {},
+            Some("size") => form.size = Some(text_of(&mut field).await?),
+            Some("type") => form.subject = Some(text_of(&mut field).await?),
+            Some("csrf") => form.csrf = Some(text_of(&mut field).await?),
+            name if field.file_name().is_some() => {
+                let name: String = name.unwrap_or("").chars().take(MAX_NAME_SHOWN).collect();
+                form.misnamed_file.get_or_insert(name);
+                while field.chunk().await.map_err(from_multer)?.is_some() {}
+            }
+            name => {
+                let name = name.unwrap_or("").chars().take(MAX_NAME_SHOWN).collect();
+                return Err(ApiError::UnknownField(name));
+            }
         }
     }
     Ok(form)
+}
+
+/// A text field, at most MAX_FIELD_BYTES of UTF-8.
+async fn text_of(field: &mut Field<'_>) -> Result<String, ApiError> {
+    let name = field.name().unwrap_or("").to_owned();
+    let mut data = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(from_multer)? {
+        if data.len() + chunk.len() > MAX_FIELD_BYTES as usize {
+            return Err(ApiError::InvalidRequest(format!(
+                "the {name} field is over {MAX_FIELD_BYTES} bytes"
+            )));
+        }
+        data.extend_from_slice(&chunk);
+    }
+    String::from_utf8(data)
+        .map_err(|_| ApiError::InvalidRequest(format!("the {name} field is not UTF-8")))
 }
 
 /// A field's bytes in one buffer, sized from the declared body length so
@@ -165,11 +225,7 @@ fn from_multer(e: multer::Error) -> ApiError {
             Ok(e) => from_io(*e),
             Err(other) => ApiError::InvalidRequest(other.to_string()),
         },
-        multer::Error::FieldSizeExceeded { field_name, .. }
-            if field_name.as_deref() == Some("image_file") =>
-        {
-            ApiError::FileTooLarge
-        }
+        multer::Error::FieldSizeExceeded { .. } => ApiError::FileTooLarge,
         multer::Error::IncompleteStream | multer::Error::IncompleteFieldData { .. } => {
             ApiError::InvalidRequest("the body ended before the form was complete".into())
         }
@@ -194,18 +250,78 @@ mod tests {
         out
     }
 
+    /// Parts without a filename: text fields.
+    fn text_body(parts: &[(&str, &[u8])]) -> Vec<u8> {
+        String::from_utf8(body(parts))
+            .unwrap()
+            .replace("; filename=\"f\"", "")
+            .into_bytes()
+    }
+
     #[test]
-    fn reads_the_image_size_and_type_and_skips_other_fields() {
-        let b = body(&[
-            ("other", b"x"),
-            ("image_file", b"\x89PNG..."),
-            ("size", b"preview"),
-            ("type", b"person"),
-        ]);
-        let form = read_form(Some(CT), None, &b[..]).unwrap();
-        assert_eq!(form.image_file.as_deref(), Some(&b"\x89PNG..."[..]));
+    fn reads_the_image_size_and_type() {
+        let mut b = body(&[("image_file", b"\x89PNG...")]);
+        b.truncate(b.len() - b"--XyZ--\r\n".len());
+        b.extend(text_body(&[("size", b"preview"), ("type", b"person")]));
+        let mut form = read_form(Some(CT), None, &b[..]).unwrap();
         assert_eq!(form.size.as_deref(), Some("preview"));
         assert_eq!(form.subject.as_deref(), Some("person"));
+        assert_eq!(form.take_image().unwrap(), b"\x89PNG...");
+    }
+
+    #[test]
+    fn a_file_part_under_another_name_is_named_in_the_error_however_large() {
+        let big = vec![7u8; 5 << 20];
+        for name in ["file", "image", "photo"] {
+            let b = body(&[(name, &big), ("second", b"x")]);
+            let mut form = read_form(Some(CT), None, &b[..]).unwrap();
+            match form.take_image() {
+                Err(ApiError::MissingImageFile { found }) => {
+                    assert_eq!(found.as_deref(), Some(name))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_field_or_a_remove_bg_option_not_offered_is_refused_by_name() {
+        let b = text_body(&[("sise", b"auto")]);
+        match read_form(Some(CT), None, &b[..]) {
+            Err(ApiError::UnknownField(name)) => assert_eq!(name, "sise"),
+            other => panic!("{other:?}"),
+        }
+        let long = "n".repeat(5000);
+        let b = text_body(&[(&long, b"x")]);
+        match read_form(Some(CT), None, &b[..]) {
+            Err(ApiError::UnknownField(name)) => assert_eq!(name.len(), MAX_NAME_SHOWN),
+            other => panic!("{other:?}"),
+        }
+        for (option, offered) in REMOVE_BG_OPTIONS {
+            let b = text_body(&[(option, b"x")]);
+            match read_form(Some(CT), None, &b[..]) {
+                Err(e @ ApiError::UnsupportedOption { .. }) => {
+                    assert!(e.detail().starts_with(option), "{}", e.detail())
+                }
+                other => panic!("{option}: {other:?}"),
+            }
+            for value in *offered {
+                let b = text_body(&[(option, value.as_bytes())]);
+                assert!(
+                    read_form(Some(CT), None, &b[..]).is_ok(),
+                    "{option}={value}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_text_field_over_4_kib_is_refused() {
+        let b = text_body(&[("size", &[b'a'; 4097])]);
+        match read_form(Some(CT), None, &b[..]) {
+            Err(ApiError::InvalidRequest(why)) => assert!(why.contains("size field"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

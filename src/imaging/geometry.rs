@@ -4,6 +4,8 @@ use crate::domain::SizeMode;
 use crate::error::MAX_PIXELS_OUTPUT;
 
 const MAX_PIXELS_PREVIEW: u64 = 250_000;
+const MAX_PIXELS_MEDIUM: u64 = 1_500_000;
+const MAX_PIXELS_HD: u64 = 4_000_000;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum GeometryError {
@@ -15,6 +17,8 @@ pub enum GeometryError {
 pub fn output_size(width: u32, height: u32, mode: SizeMode) -> Result<(u32, u32), GeometryError> {
     match mode {
         SizeMode::Preview => Ok(fit_within(width, height, MAX_PIXELS_PREVIEW)),
+        SizeMode::Medium => Ok(fit_within(width, height, MAX_PIXELS_MEDIUM)),
+        SizeMode::Hd => Ok(fit_within(width, height, MAX_PIXELS_HD)),
         SizeMode::Auto => Ok(fit_within(width, height, MAX_PIXELS_OUTPUT)),
         SizeMode::Full if u64::from(width) * u64::from(height) > MAX_PIXELS_OUTPUT => {
             Err(GeometryError::ResolutionTooHigh)

@@ -67,7 +67,7 @@ fn bad_forms_and_bad_images_are_400_415_413_and_cost_nothing() {
         400,
         "missing_image_file",
     );
-    for bad in ["car", "Person", ""] {
+    for bad in ["truck", "Person", ""] {
         check(
             app.post_form(
                 k,

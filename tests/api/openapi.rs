@@ -14,9 +14,12 @@ fn documented(app: &TestApp) -> Vec<(u16, String)> {
     assert_eq!(reply.header("content-type"), Some("application/json"));
     let doc: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
-    let responses = doc["paths"]["/api/remove-bg"]["post"]["responses"]
-        .as_object()
-        .unwrap();
+    let post = &doc["paths"]["/api/remove-bg"]["post"];
+    let mut compatible = doc["paths"]["/v1.0/removebg"]["post"].clone();
+    assert_eq!(compatible["operationId"], "removeBackgroundAsRemoveBg");
+    compatible["operationId"] = post["operationId"].clone();
+    assert_eq!(&compatible, post, "remove.bg's route is the same operation");
+    let responses = post["responses"].as_object().unwrap();
     assert!(responses["200"]["content"]["image/png"].is_object());
     let mut pairs = vec![];
     for (status, response) in responses.iter().filter(|(s, _)| *s != "200") {
@@ -41,7 +44,19 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
             k,
             Multipart::new()
                 .file("image_file", &photo)
-                .text("type", "car"),
+                .text("type", "truck"),
+        ),
+        "unknown_field" => app.post_form(
+            k,
+            Multipart::new()
+                .file("image_file", &photo)
+                .text("colour", "red"),
+        ),
+        "unsupported_option" => app.post_form(
+            k,
+            Multipart::new()
+                .file("image_file", &photo)
+                .text("add_shadow", "true"),
         ),
         "invalid_image" => app.post_image(k, &photo[..photo.len() / 2], None),
         "image_too_large" => app.post_image(k, &png_header_only(30_000, 30_000), None),

@@ -54,11 +54,11 @@ pub(super) fn cut_out_form(
     cx: &Ctx,
     caller: &Caller,
     admission: Admission<'_>,
-    form: Form,
+    mut form: Form,
 ) -> Result<TryResult, ApiError> {
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
-    let image = form.image_file.ok_or(ApiError::MissingImageFile)?;
+    let image = form.take_image()?;
     let original_type = imaging::format_of(&image)?.to_mime_type();
     let done = admission.cut_out_and_charge(caller, &image, size, subject)?;
     Ok(TryResult {

@@ -1,0 +1,188 @@
+//! What remove.bg's clients send: its route, its names for sizes and types,
+//! and clear refusals of its options this appliance does not offer, of
+//! unknown fields and of a file part under another name.
+
+use crate::helpers::*;
+
+const ROUTES: [&str; 2] = ["/api/remove-bg", "/v1.0/removebg"];
+
+fn post(app: &TestApp, path: &str, key: &str, form: &Multipart) -> Reply {
+    let mut headers = vec![("X-Api-Key".to_owned(), key.to_owned())];
+    headers.push(("Content-Type".to_owned(), form.content_type()));
+    app.request("POST", path, &headers, &form.body())
+}
+
+#[test]
+fn remove_bgs_route_serves_the_same_cut_out_and_counts_it() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    let image = jpeg(120, 80);
+    let mut pngs = vec![];
+    for path in ROUTES {
+        let reply = post(
+            &app,
+            path,
+            &key,
+            Multipart::new().file("image_file", &image),
+        );
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        assert_eq!(reply.header("content-type"), Some("image/png"));
+        assert_eq!(reply.header("x-type"), Some("other"));
+        assert_eq!(reply.header("x-ratelimit-limit"), Some("500"));
+        pngs.push(reply.png());
+    }
+    assert_eq!(pngs[0], pngs[1]);
+    assert_eq!(app.used("acme"), 2);
+    let get = app.request("GET", "/v1.0/removebg", &[], b"");
+    assert_eq!((get.status, get.header("allow")), (405, Some("POST")));
+    let unauthenticated = app.request("POST", "/v1.0/removebg", &[], b"");
+    assert_eq!(unauthenticated.error_code(), "missing_api_key");
+}
+
+#[test]
+fn remove_bgs_size_names_give_their_resolutions() {
+    let app = spawn_app();
+    let key = app.account("acme", "business");
+    // 2400 x 1800 = 4.32 MP.
+    let image = jpeg(2400, 1800);
+    for (size, pixels) in [
+        ("small", 250_000),
+        ("regular", 250_000),
+        ("medium", 1_500_000),
+        ("hd", 4_000_000),
+        ("4k", 4_320_000),
+        ("50MP", 4_320_000),
+    ] {
+        let reply = post(
+            &app,
+            "/v1.0/removebg",
+            &key,
+            Multipart::new()
+                .file("image_file", &image)
+                .text("size", size),
+        );
+        let (w, h) = reply.png().dimensions();
+        let got = u64::from(w) * u64::from(h);
+        assert!(
+            got <= pixels && got > pixels * 99 / 100,
+            "size={size}: {w}x{h}"
+        );
+        assert!(
+            (f64::from(w) / f64::from(h) - 4.0 / 3.0).abs() < 0.01,
+            "aspect kept: {w}x{h}"
+        );
+    }
+}
+
+#[test]
+fn remove_bgs_types_run_a_model_and_say_so_in_x_type() {
+    let app = spawn_app();
+    let key = app.account("acme", "business");
+    for (kind, x_type) in [
+        ("person", "person"),
+        ("product", "product"),
+        ("car", "car"),
+        ("auto", "other"),
+        ("general", "other"),
+    ] {
+        let reply = post(
+            &app,
+            "/v1.0/removebg",
+            &key,
+            Multipart::new()
+                .file("image_file", &jpeg(64, 48))
+                .text("type", kind),
+        );
+        assert_eq!(reply.status, 200, "type={kind}");
+        assert_eq!(reply.header("x-type"), Some(x_type), "type={kind}");
+    }
+}
+
+#[test]
+fn a_file_part_under_another_name_is_named_and_costs_nothing() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    // Larger than a text field may be: it is still read past and named.
+    let image = jpeg(1600, 1200);
+    for name in ["file", "image", "photo"] {
+        let reply = post(
+            &app,
+            "/v1.0/removebg",
+            &key,
+            Multipart::new().file(name, &image),
+        );
+        assert_eq!(
+            (reply.status, reply.error_code().as_str()),
+            (400, "missing_image_file"),
+            "{name}"
+        );
+        assert!(
+            reply.text().contains(&format!(
+                "a file part named \\\"{name}\\\" but none named image_file"
+            )),
+            "{}",
+            reply.text()
+        );
+    }
+    assert_eq!(app.used("acme"), 0);
+}
+
+#[test]
+fn unknown_fields_and_remove_bg_options_not_offered_are_refused_by_name_and_cost_nothing() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    for (field, value, code) in [
+        ("sise", "auto", "unknown_field"),
+        ("format", "jpg", "unsupported_option"),
+        ("bg_color", "#00ff00", "unsupported_option"),
+        ("crop", "true", "unsupported_option"),
+        ("add_shadow", "true", "unsupported_option"),
+        ("semitransparency", "false", "unsupported_option"),
+        ("image_url", "http://192.168.1.1/", "unsupported_option"),
+    ] {
+        for path in ROUTES {
+            let mut form = Multipart::new();
+            form.file("image_file", &jpeg(64, 48)).text(field, value);
+            let reply = post(&app, path, &key, &form);
+            assert_eq!(
+                (reply.status, reply.error_code().as_str()),
+                (400, code),
+                "{field} on {path}"
+            );
+            assert!(reply.text().contains(field), "{}", reply.text());
+        }
+    }
+    assert_eq!(app.used("acme"), 0);
+}
+
+#[test]
+fn remove_bgs_defaults_are_taken_as_what_the_appliance_does_anyway() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    let image = jpeg(64, 48);
+    let plain = post(
+        &app,
+        "/v1.0/removebg",
+        &key,
+        Multipart::new().file("image_file", &image),
+    );
+    let mut form = Multipart::new();
+    form.file("image_file", &image);
+    for (field, value) in [
+        ("format", "auto"),
+        ("channels", "rgba"),
+        ("bg_color", ""),
+        ("crop", "false"),
+        ("crop_margin", "0"),
+        ("roi", "0% 0% 100% 100%"),
+        ("scale", "original"),
+        ("position", "original"),
+        ("semitransparency", "true"),
+        ("add_shadow", "false"),
+    ] {
+        form.text(field, value);
+    }
+    let reply = post(&app, "/v1.0/removebg", &key, &form);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.png(), plain.png());
+}
