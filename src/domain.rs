@@ -74,7 +74,6 @@ pub const REMOVE_BG_OPTIONS: &[(&str, &[&str])] = &[
     ("add_shadow", &["false"]),
     ("shadow_type", &[]),
     ("shadow_opacity", &[]),
-    ("image_file_b64", &[]),
     ("image_url", &[]),
     ("bg_image_file", &[]),
     ("bg_image_url", &[]),

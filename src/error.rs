@@ -22,6 +22,8 @@ pub enum ApiError {
     MissingImageFile { found: Option<String> },
     #[error("unknown field {0:?}")]
     UnknownField(String),
+    #[error("image_file_b64 is not base64: {0}")]
+    InvalidImageFileB64(String),
     /// A remove.bg option, at a value other than those in `offered`.
     #[error("remove.bg option {name}={value:?} not offered")]
     UnsupportedOption {
@@ -75,13 +77,14 @@ pub struct Documented {
 pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part; the detail names a file part sent under another name (file, image, photo)." },
     Documented { status: 400, code: "unknown_field", title: "Unknown field", when: "The form has a field this API does not know; the detail names it." },
+    Documented { status: 400, code: "invalid_image_file_b64", title: "Invalid image_file_b64", when: "image_file_b64 is not standard base64 (a data: URL's head and line breaks are allowed)." },
     Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "The form has a remove.bg option at a value this appliance does not offer; it takes each one's default (format=png or auto, channels=rgba, crop=false, add_shadow=false, ...). The detail names it." },
     Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full, nor one of remove.bg's names (small, regular, medium, hd, 4k, 50MP)." },
     Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general, nor one of remove.bg's (product, car)." },
     Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
     Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels." },
     Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
-    Documented { status: 400, code: "invalid_request", title: "Invalid request", when: "The body is not a well-formed multipart/form-data form (or has two image_file parts)." },
+    Documented { status: 400, code: "invalid_request", title: "Invalid request", when: "The body is not a well-formed multipart/form-data, urlencoded or JSON form (or has two image_file parts, or both image_file and image_file_b64)." },
     Documented { status: 401, code: "missing_api_key", title: "Missing API key", when: "No X-Api-Key header." },
     Documented { status: 401, code: "invalid_api_key", title: "Invalid API key", when: "The key is unknown or revoked." },
     Documented { status: 402, code: "quota_exceeded", title: "Monthly quota exceeded", when: "The month's images are used up (Pro: 500 per UTC calendar month)." },
@@ -117,6 +120,7 @@ impl ApiError {
             ),
             MissingImageFile { .. } => (400, "missing_image_file", "Missing image file"),
             UnknownField(_) => (400, "unknown_field", "Unknown field"),
+            InvalidImageFileB64(_) => (400, "invalid_image_file_b64", "Invalid image_file_b64"),
             UnsupportedOption { .. } => (400, "unsupported_option", "Unsupported option"),
             InvalidSize => (400, "invalid_size", "Invalid size"),
             InvalidType => (400, "invalid_type", "Invalid type"),
@@ -171,6 +175,7 @@ impl ApiError {
             MissingImageFile { found: Some(name) } => format!(
                 "The multipart form has a file part named {name:?} but none named image_file: name the image's part image_file."
             ),
+            InvalidImageFileB64(why) => format!("image_file_b64 is not standard base64: {why}."),
             UnknownField(name) => format!(
                 "The form has a field named {name:?}, which this API does not know; it takes image_file, size and type."
             ),
@@ -190,7 +195,7 @@ impl ApiError {
             ResolutionTooHigh { width, height } => format!(
                 "The image is {width}x{height}; size=full allows at most {MAX_PIXELS_OUTPUT} pixels. Use size=auto to scale it down."
             ),
-            InvalidRequest(why) => format!("The request is not a valid multipart form: {why}."),
+            InvalidRequest(why) => format!("The request is not a valid form: {why}."),
             RequestTimeout => "The request body was not received in time.".into(),
             HeaderTooLarge => {
                 "A request line or header line is over 8 KiB, or there are over 100 headers.".into()
@@ -230,6 +235,7 @@ mod tests {
             TooManyConcurrentRequests { limit: 1 },
             MissingImageFile { found: None },
             UnknownField("x".into()),
+            InvalidImageFileB64("x".into()),
             UnsupportedOption {
                 name: "x",
                 value: "y".into(),

@@ -3,7 +3,7 @@
 //! byte picks whether a Content-Length is declared, as chunked bodies have none.
 #![no_main]
 
-use cutout::http::multipart::{read_form, MAX_BODY_BYTES};
+use cutout::http::form::{read_form, MAX_BODY_BYTES};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -61,7 +61,9 @@ pub fn document(version: &str) -> Value {
     // new address.
     let mut properties = json!({
         "image_file": { "type": "string", "contentMediaType": "application/octet-stream",
-            "description": format!("JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes and 50 megapixels.") },
+            "description": format!("JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes and 50 megapixels; or image_file_b64, the same in base64 (exactly one of the two).") },
+        "image_file_b64": { "type": "string", "contentEncoding": "base64",
+            "description": "The image in standard base64, instead of image_file." },
         "size": { "type": "string", "enum": ["auto", "preview", "full", "small", "regular", "medium", "hd", "4k", "50MP"], "default": "auto",
             "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP. remove.bg's names: small and regular are preview, medium at most 1.5 MP, hd at most 4 MP, 4k is full, 50MP is auto (the most this appliance gives)." },
         "type": { "type": "string", "enum": ["auto", "person", "general", "product", "car"], "default": "auto",
@@ -74,6 +76,16 @@ pub fn document(version: &str) -> Value {
         properties[name] = json!({ "type": "string", "enum": offered,
             "description": "remove.bg's option, at the value(s) that ask for what the appliance does anyway; any other value is refused with unsupported_option." });
     }
+    // remove.bg's urlencoded and JSON forms: the image in base64.
+    let mut encoded = properties.clone();
+    encoded
+        .as_object_mut()
+        .expect("an object")
+        .remove("image_file");
+    encoded["image_file_b64"] = json!({ "type": "string", "contentEncoding": "base64",
+        "description": format!("The image (JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes decoded) in standard base64; a data: URL's head and line breaks are allowed.") });
+    let encoded =
+        json!({ "type": "object", "required": ["image_file_b64"], "properties": encoded });
     let operation = |id: &str| {
         json!({
             "operationId": id,
@@ -81,11 +93,12 @@ pub fn document(version: &str) -> Value {
             "requestBody": { "required": true, "content": { "multipart/form-data": {
                 "schema": {
                     "type": "object",
-                    "required": ["image_file"],
                     "properties": properties.clone()
                 },
                 "encoding": { "image_file": { "contentType": "image/jpeg, image/png, image/webp" } }
-            } } },
+            },
+            "application/x-www-form-urlencoded": { "schema": encoded.clone() },
+            "application/json": { "schema": encoded.clone() } } },
             "responses": responses.clone()
         })
     };

@@ -3,7 +3,7 @@
 //! an error never costs the caller an image. Try it in the dashboard takes
 //! the same steps with a signed-in user instead of a key.
 
-use super::multipart::{read_form, Form, MAX_BODY_BYTES};
+use super::form::{read_form, Form, MAX_BODY_BYTES};
 use super::respond::{self, header, Body};
 use super::session::header_value;
 use crate::app::{Admission, AppState, Upload};

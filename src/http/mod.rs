@@ -4,9 +4,9 @@
 
 mod api;
 mod dashboard;
+pub mod form;
 mod gate;
 mod metrics;
-pub mod multipart;
 mod respond;
 mod session;
 

@@ -96,15 +96,22 @@ fn bad_forms_and_bad_images_are_400_415_413_and_cost_nothing() {
         400,
         "image_too_large",
     );
-    let headers = [
-        ("X-Api-Key".to_owned(), key.clone()),
-        ("Content-Type".to_owned(), "application/json".to_owned()),
-    ];
-    check(
-        app.request("POST", "/api/remove-bg", &headers, b"{}"),
-        400,
-        "invalid_request",
-    );
+    for (content_type, body) in [
+        ("text/plain", &b"image_file=x"[..]),
+        ("application/json", b"[1, 2]"),
+        ("application/json", b"{\"size\": "),
+        ("application/json", b"{\"size\": {\"a\": 1}}"),
+    ] {
+        let headers = [
+            ("X-Api-Key".to_owned(), key.clone()),
+            ("Content-Type".to_owned(), content_type.to_owned()),
+        ];
+        check(
+            app.request("POST", "/api/remove-bg", &headers, body),
+            400,
+            "invalid_request",
+        );
+    }
     let two = Multipart::new()
         .file("image_file", &jpeg(8, 8))
         .file("image_file", &jpeg(8, 8))

@@ -46,6 +46,14 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
                 .file("image_file", &photo)
                 .text("type", "truck"),
         ),
+        "invalid_image_file_b64" => {
+            let headers = [
+                ("X-Api-Key".to_owned(), pro.to_owned()),
+                ("Content-Type".to_owned(), "application/json".to_owned()),
+            ];
+            let body = br#"{"image_file_b64": "not base64!"}"#;
+            app.request("POST", "/v1.0/removebg", &headers, body)
+        }
         "unknown_field" => app.post_form(
             k,
             Multipart::new()

@@ -186,3 +186,133 @@ fn remove_bgs_defaults_are_taken_as_what_the_appliance_does_anyway() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.png(), plain.png());
 }
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn post_body(app: &TestApp, key: &str, content_type: &str, body: &[u8]) -> Reply {
+    let headers = [
+        ("X-Api-Key".to_owned(), key.to_owned()),
+        ("Content-Type".to_owned(), content_type.to_owned()),
+    ];
+    app.request("POST", "/v1.0/removebg", &headers, body)
+}
+
+#[test]
+fn the_image_in_base64_as_json_urlencoded_or_a_form_field_gives_the_same_cut_out() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    let image = jpeg(120, 80);
+    let file = post(
+        &app,
+        "/v1.0/removebg",
+        &key,
+        Multipart::new().file("image_file", &image),
+    );
+    let encoded = b64(&image);
+    let json =
+        serde_json::json!({ "image_file_b64": encoded, "size": "regular", "add_shadow": false });
+    let urlencoded: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("image_file_b64", &encoded)
+        .append_pair("type", "product")
+        .finish();
+    let data_url = format!(
+        "data:image/jpeg;base64,{}",
+        encoded
+            .as_bytes()
+            .chunks(76)
+            .map(|l| std::str::from_utf8(l).unwrap())
+            .collect::<Vec<_>>()
+            .join("\r\n")
+    );
+    let replies = [
+        post_body(&app, &key, "application/json", json.to_string().as_bytes()),
+        post_body(
+            &app,
+            &key,
+            "application/x-www-form-urlencoded",
+            urlencoded.as_bytes(),
+        ),
+        post(
+            &app,
+            "/v1.0/removebg",
+            &key,
+            Multipart::new().text("image_file_b64", &data_url),
+        ),
+    ];
+    for reply in &replies {
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.png(), file.png());
+    }
+    assert_eq!(replies[1].header("x-type"), Some("product"));
+    assert_eq!(app.used("acme"), 4);
+}
+
+#[test]
+fn bad_base64_both_images_or_one_too_large_are_refused_and_cost_nothing() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    let check = |reply: Reply, status: u16, code: &str| {
+        assert_eq!(
+            (reply.status, reply.error_code().as_str()),
+            (status, code),
+            "{}",
+            reply.text()
+        );
+    };
+    check(
+        post_body(
+            &app,
+            &key,
+            "application/json",
+            br#"{"image_file_b64": "not base64!"}"#,
+        ),
+        400,
+        "invalid_image_file_b64",
+    );
+    check(
+        post_body(&app, &key, "application/json", br#"{"size": "auto"}"#),
+        400,
+        "missing_image_file",
+    );
+    check(
+        post_body(
+            &app,
+            &key,
+            "application/json",
+            br#"{"image_file_b64": "", "colour": "red"}"#,
+        ),
+        400,
+        "unknown_field",
+    );
+    check(
+        post_body(
+            &app,
+            &key,
+            "application/x-www-form-urlencoded",
+            b"image_file=abc",
+        ),
+        400,
+        "invalid_request",
+    );
+    let image = jpeg(64, 48);
+    let mut both = Multipart::new();
+    both.file("image_file", &image)
+        .text("image_file_b64", &b64(&image));
+    check(
+        post(&app, "/v1.0/removebg", &key, &both),
+        400,
+        "invalid_request",
+    );
+    // 10 MiB and one byte, in base64: over the limit once decoded.
+    let over = b64(&vec![0xFF; 10 * 1024 * 1024 + 1]);
+    let body = serde_json::json!({ "image_file_b64": over }).to_string();
+    check(
+        post_body(&app, &key, "application/json", body.as_bytes()),
+        413,
+        "file_too_large",
+    );
+    assert_eq!(app.used("acme"), 0);
+}

@@ -9,7 +9,7 @@ mod sign_in;
 mod try_it;
 
 use super::api::{admit_and_read_form, parse_size, parse_subject};
-use super::multipart::Form;
+use super::form::Form;
 use super::respond::{header, Body};
 use super::session::{self, form_token, form_token_matches, header_value, Auth};
 use crate::app::throttle::{

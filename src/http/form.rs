@@ -1,12 +1,15 @@
-//! Reads the multipart form of `POST /api/remove-bg` (and of Try it) with
-//! multer, as the body arrives: multer parses each chunk as it is read, so a
-//! request holds its image once, not the body and a copy. The body is read
-//! under a hard cap (10 MiB of image plus room for the rest of the form):
-//! reading stops the moment a body passes it, and a declared length over it
-//! is refused before a byte is read.
+//! Reads the form of `POST /api/remove-bg` (and of Try it): multipart, read
+//! with multer as the body arrives (multer parses each chunk as it is read,
+//! so a request holds its image once, not the body and a copy); or, as
+//! remove.bg's clients also send it, `application/x-www-form-urlencoded` or
+//! JSON with the image in base64 (`image_file_b64`). The body is read under
+//! a hard cap (10 MiB of image, in base64, plus room for the rest of the
+//! form): reading stops the moment a body passes it, and a declared length
+//! over it is refused before a byte is read.
 
 use crate::domain::REMOVE_BG_OPTIONS;
 use crate::error::{ApiError, MAX_IMAGE_BYTES};
+use base64::Engine as _;
 use bytes::Bytes;
 use futures_util::stream;
 use multer::{Constraints, Field, Multipart, SizeLimit};
@@ -19,7 +22,9 @@ use std::task::{Context, Poll, Waker};
 /// Room for the other fields and the part headers beside a full-size image.
 const FORM_OVERHEAD: u64 = 64 * 1024;
 const MAX_FIELD_BYTES: u64 = 4 * 1024;
-pub const MAX_BODY_BYTES: u64 = MAX_IMAGE_BYTES + FORM_OVERHEAD;
+/// The largest image in base64: four characters for every three bytes.
+const MAX_IMAGE_B64_BYTES: u64 = MAX_IMAGE_BYTES.div_ceil(3) * 4;
+pub const MAX_BODY_BYTES: u64 = MAX_IMAGE_B64_BYTES + FORM_OVERHEAD;
 const READ_CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, Default)]
@@ -32,6 +37,8 @@ pub struct Form {
     /// The first file part under another name than image_file (`file`,
     /// `image`, `photo`), for the error that says what to call it.
     pub misnamed_file: Option<String>,
+    /// The image in base64, as remove.bg's JSON and urlencoded forms send it.
+    image_file_b64: Option<String>,
 }
 
 impl Form {
@@ -42,6 +49,83 @@ impl Form {
             .ok_or_else(|| ApiError::MissingImageFile {
                 found: self.misnamed_file.take(),
             })
+    }
+
+    /// Whether `name` is a text field this API reads (as some clients send
+    /// them, possibly as a file part).
+    fn knows(name: &str) -> bool {
+        matches!(name, "size" | "type" | "csrf" | "image_file_b64")
+            || remove_bg_option(name).is_some()
+    }
+
+    /// A text field by name: one this API knows, or one of remove.bg's
+    /// options at a value it takes, or a refusal that names it.
+    fn set(&mut self, name: &str, value: String) -> Result<(), ApiError> {
+        if let Some((name, offered)) = remove_bg_option(name) {
+            if !offered.contains(&value.trim()) {
+                let value = value.chars().take(MAX_NAME_SHOWN).collect();
+                return Err(ApiError::UnsupportedOption {
+                    name,
+                    value,
+                    offered,
+                });
+            }
+            return Ok(());
+        }
+        if name != "image_file_b64" && value.len() > MAX_FIELD_BYTES as usize {
+            return Err(ApiError::InvalidRequest(format!(
+                "the {name} field is over {MAX_FIELD_BYTES} bytes"
+            )));
+        }
+        match name {
+            "size" => self.size = Some(value),
+            "type" => self.subject = Some(value),
+            "csrf" => self.csrf = Some(value),
+            "image_file_b64" => self.image_file_b64 = Some(value),
+            "image_file" => {
+                return Err(ApiError::InvalidRequest(
+                    "image_file must be a file part of a multipart form; send the image in base64 as image_file_b64".into(),
+                ))
+            }
+            name => {
+                let name = name.chars().take(MAX_NAME_SHOWN).collect();
+                return Err(ApiError::UnknownField(name));
+            }
+        }
+        Ok(())
+    }
+
+    /// `image_file_b64` decoded into `image_file`: one of the two, never both.
+    fn decode_image_b64(&mut self) -> Result<(), ApiError> {
+        let Some(encoded) = self.image_file_b64.take() else {
+            return Ok(());
+        };
+        if self.image_file.is_some() {
+            return Err(ApiError::InvalidRequest(
+                "send the image as image_file or as image_file_b64, not both".into(),
+            ));
+        }
+        // A data URL's head, and the line breaks of MIME-style base64, are
+        // not part of the image.
+        let encoded = match encoded.split_once(";base64,") {
+            Some((head, data)) if head.starts_with("data:") => data,
+            _ => encoded.as_str(),
+        };
+        let compact: Vec<u8> = encoded
+            .bytes()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect();
+        if compact.len() as u64 > MAX_IMAGE_B64_BYTES {
+            return Err(ApiError::FileTooLarge);
+        }
+        let image = base64::engine::general_purpose::STANDARD
+            .decode(&compact)
+            .map_err(|e| ApiError::InvalidImageFileB64(e.to_string()))?;
+        if image.len() as u64 > MAX_IMAGE_BYTES {
+            return Err(ApiError::FileTooLarge);
+        }
+        self.image_file = Some(image);
+        Ok(())
     }
 }
 
@@ -61,26 +145,81 @@ pub fn read_form(
     body: impl Read,
 ) -> Result<Form, ApiError> {
     let content_type = content_type.unwrap_or_default();
-    if !content_type
-        .trim_start()
-        .to_ascii_lowercase()
-        .starts_with("multipart/form-data")
-    {
-        return Err(ApiError::InvalidRequest(
-            "Content-Type must be multipart/form-data".into(),
-        ));
-    }
-    let boundary = multer::parse_boundary(content_type)
-        .map_err(|_| ApiError::InvalidRequest("the Content-Type has no valid boundary".into()))?;
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
     if content_length.is_some_and(|n| n > MAX_BODY_BYTES) {
         return Err(ApiError::FileTooLarge);
     }
+    let mut form = match media.as_str() {
+        "multipart/form-data" => read_multipart(content_type, content_length, body)?,
+        "application/x-www-form-urlencoded" => {
+            let body = read_whole(body)?;
+            let mut form = Form::default();
+            for (name, value) in form_urlencoded::parse(&body) {
+                form.set(&name, value.into_owned())?;
+            }
+            form
+        }
+        "application/json" => {
+            let body = read_whole(body)?;
+            let fields: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::InvalidRequest(format!("the body is not a JSON object: {e}")))?;
+            let mut form = Form::default();
+            for (name, value) in fields {
+                let value = match value {
+                    serde_json::Value::String(text) => text,
+                    serde_json::Value::Bool(_) | serde_json::Value::Number(_) => value.to_string(),
+                    _ => {
+                        let name: String = name.chars().take(MAX_NAME_SHOWN).collect();
+                        return Err(ApiError::InvalidRequest(format!(
+                            "the {name} field must be a string, number or boolean"
+                        )));
+                    }
+                };
+                form.set(&name, value)?;
+            }
+            form
+        }
+        _ => {
+            return Err(ApiError::InvalidRequest(
+                "Content-Type must be multipart/form-data, application/x-www-form-urlencoded or application/json".into(),
+            ))
+        }
+    };
+    form.decode_image_b64()?;
+    Ok(form)
+}
+
+/// A urlencoded or JSON body, whole, under the cap.
+fn read_whole(body: impl Read) -> Result<Vec<u8>, ApiError> {
+    let mut data = Vec::new();
+    body.take(MAX_BODY_BYTES + 1)
+        .read_to_end(&mut data)
+        .map_err(from_io)?;
+    if data.len() as u64 > MAX_BODY_BYTES {
+        return Err(ApiError::FileTooLarge);
+    }
+    Ok(data)
+}
+
+fn read_multipart(
+    content_type: &str,
+    content_length: Option<u64>,
+    body: impl Read,
+) -> Result<Form, ApiError> {
+    let boundary = multer::parse_boundary(content_type)
+        .map_err(|_| ApiError::InvalidRequest("the Content-Type has no valid boundary".into()))?;
     // Every part may be as large as an image, so that a file part under
     // another name is read past and named, not refused as too large; the
     // text fields are held to MAX_FIELD_BYTES as they are read.
     let limits = SizeLimit::new()
         .whole_stream(MAX_BODY_BYTES)
-        .per_field(MAX_IMAGE_BYTES);
+        .per_field(MAX_IMAGE_BYTES)
+        .for_field("image_file_b64", MAX_IMAGE_B64_BYTES);
     let feed = Arc::new(Mutex::new(Feed::Empty));
     let chunks = {
         let feed = feed.clone();
@@ -147,17 +286,14 @@ fn read_chunk(body: &mut impl Read) -> Feed {
 async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Form, ApiError> {
     let mut form = Form::default();
     while let Some(mut field) = multipart.next_field().await.map_err(from_multer)? {
-        if let Some((name, offered)) = field.name().and_then(remove_bg_option) {
-            let value = text_of(&mut field).await?;
-            if !offered.contains(&value.trim()) {
-                let value = value.chars().take(MAX_NAME_SHOWN).collect();
-                return Err(ApiError::UnsupportedOption {
-                    name,
-                    value,
-                    offered,
-                });
-            }
-            continue;
+        // An option offered at no value (bg_image_file among them) is
+        // refused before its part is read.
+        if let Some((name, offered @ [])) = field.name().and_then(remove_bg_option) {
+            return Err(ApiError::UnsupportedOption {
+                name,
+                value: String::new(),
+                offered,
+            });
         }
         match field.name() {
             Some("image_file") => {
@@ -168,31 +304,39 @@ async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Fo
                 }
                 form.image_file = Some(all_of(&mut field, image_capacity).await?);
             }
-            Some("size") => form.size = Some(text_of(&mut field).await?),
-            Some("type") => form.subject = Some(text_of(&mut field).await?),
-            Some("csrf") => form.csrf = Some(text_of(&mut field).await?),
-            name if field.file_name().is_some() => {
+            name if field.file_name().is_some() && !name.is_some_and(Form::knows) => {
                 let name: String = name.unwrap_or("").chars().take(MAX_NAME_SHOWN).collect();
                 form.misnamed_file.get_or_insert(name);
                 while field.chunk().await.map_err(from_multer)?.is_some() {}
             }
             name => {
-                let name = name.unwrap_or("").chars().take(MAX_NAME_SHOWN).collect();
-                return Err(ApiError::UnknownField(name));
+                let name = name.unwrap_or("").to_owned();
+                let value = text_of(&mut field).await?;
+                form.set(&name, value)?;
             }
         }
     }
     Ok(form)
 }
 
-/// A text field, at most MAX_FIELD_BYTES of UTF-8.
+/// A text field, at most MAX_FIELD_BYTES of UTF-8 (an image in base64 as
+/// large as an image may be).
 async fn text_of(field: &mut Field<'_>) -> Result<String, ApiError> {
-    let name = field.name().unwrap_or("").to_owned();
+    let name: String = field
+        .name()
+        .unwrap_or("")
+        .chars()
+        .take(MAX_NAME_SHOWN)
+        .collect();
+    let most = match name.as_str() {
+        "image_file_b64" => MAX_IMAGE_B64_BYTES,
+        _ => MAX_FIELD_BYTES,
+    };
     let mut data = Vec::new();
     while let Some(chunk) = field.chunk().await.map_err(from_multer)? {
-        if data.len() + chunk.len() > MAX_FIELD_BYTES as usize {
+        if (data.len() + chunk.len()) as u64 > most {
             return Err(ApiError::InvalidRequest(format!(
-                "the {name} field is over {MAX_FIELD_BYTES} bytes"
+                "the {name} field is over {most} bytes"
             )));
         }
         data.extend_from_slice(&chunk);
@@ -403,7 +547,7 @@ mod tests {
             Err(ApiError::InvalidRequest(_))
         ));
         assert!(matches!(
-            read_form(Some("application/json"), None, &b"{}"[..]),
+            read_form(Some("application/json"), None, &b"[]"[..]),
             Err(ApiError::InvalidRequest(_))
         ));
         assert!(matches!(
