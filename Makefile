@@ -83,13 +83,15 @@ test-tiny-http:
 		--manifest-path vendor/tiny_http/Cargo.toml --features ssl-rustls --lib --tests
 
 # The dashboard in headless Chromium (Debian's `chromium`); screenshots of
-# every page land in target/e2e-artifacts.
+# every page land in target/e2e-artifacts. Then remove.bg's published Node
+# client (npm `remove.bg`) against the appliance.
 # `cargo test --no-run` builds the same binary the API tests run (with the
 # test build's features), so no second build of the dependencies.
 e2e: models
 	$(CARGO) test --workspace --no-run
 	cd tests/e2e && npm ci --no-audit --no-fund
 	node tests/e2e/dashboard.mjs target/debug/cutout
+	node tests/e2e/removebg-client.mjs target/debug/cutout
 
 # systemd accepts the unit (with ExecStart pointed at a binary that exists
 # here) and rates its hardening "OK" or better: exposure under 5.0.

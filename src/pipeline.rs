@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 pub struct CutOut {
     pub png: Vec<u8>,
+    /// Where the subject is in it; `None` if nothing was kept.
+    pub foreground: Option<imaging::Foreground>,
     pub width: u32,
     pub height: u32,
     /// The model that made the matte.
@@ -361,11 +363,12 @@ impl Pipeline {
             self.spare_pixels.give(original);
             resized
         };
-        let png = imaging::cut_out_png(&kept, &model_input, &small_matte);
+        let (png, foreground) = imaging::cut_out_png(&kept, &model_input, &small_matte);
         watch.lap("compose");
         self.spare_pixels.give(kept);
         Ok(CutOut {
             png,
+            foreground,
             width: out_w,
             height: out_h,
             model: made_by,

@@ -95,8 +95,12 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                 li { code { "X-Width" } ", " code { "X-Height" } ": the cut-out's size in pixels." }
                 li { code { "X-Model" } ": the model that made the matte (" code { "modnet" } " where " code { "auto" } " kept MODNet's second opinion)." }
                 li { code { "X-RateLimit-Limit" } ", " code { "X-RateLimit-Remaining" } ", " code { "X-RateLimit-Reset" } " (Unix time): on plans with a monthly limit." }
+                li { code { "X-Type" } ": remove.bg's kind of subject: the " code { "type" } " asked for where it names one (person, product, car), else " code { "other" } "." }
+                li { code { "X-Foreground-Top" } ", " code { "-Left" } ", " code { "-Width" } ", " code { "-Height" } ": the box of the subject's visible pixels; " code { "X-Credits-Charged" } ": 1." }
                 li { code { "Server-Timing" } ": milliseconds spent on each step: " code { "queue" } ", " code { "decode" } ", " code { "prepare" } ", " code { "model" } ", " code { "compose" } " (the matte at full size, the cut-out and its PNG, made together); " code { "second-prepare" } " and " code { "second-model" } " where a second opinion was asked." }
             }
+            p { "With " code { "Accept: application/json" } ", the body is remove.bg's JSON answer instead: " code { "{\"data\": {\"result_b64\": …, \"foreground_top\": …, \"foreground_left\": …, \"foreground_width\": …, \"foreground_height\": …}}" } ", the PNG in base64." }
+            p { code { "GET /v1.0/account" } " with the key: the images left this month as " code { "credits.total" } " (remove.bg's shape; " code { "null" } " without a monthly limit), the account, plan and use." }
             p { "Only successful calls are counted. Months are UTC calendar months. Pro: 500 images a month, 5 requests at a time. Business: no monthly limit, 50 at a time." }
         }
         section {

@@ -15,13 +15,24 @@ pub fn document(version: &str) -> Value {
                 "X-Width": { "schema": { "type": "integer" }, "description": "Width of the cut-out in pixels." },
                 "X-Height": { "schema": { "type": "integer" }, "description": "Height of the cut-out in pixels." },
                 "X-Model": { "schema": { "type": "string" }, "description": "The model that made the matte: isnet, isnet-int8, modnet or u2netp (with type=auto, modnet where IS-Net was unsure and MODNet's second opinion was kept)." },
+                "X-Credits-Charged": { "schema": { "type": "integer" }, "description": "Images this call counted: 1." },
+                "X-Foreground-Top": { "schema": { "type": "integer" }, "description": "The box of the subject's visible pixels (absent when none is): its top row." },
+                "X-Foreground-Left": { "schema": { "type": "integer" }, "description": "The box's left column." },
+                "X-Foreground-Width": { "schema": { "type": "integer" }, "description": "The box's width." },
+                "X-Foreground-Height": { "schema": { "type": "integer" }, "description": "The box's height." },
                 "X-Type": { "schema": { "type": "string", "enum": ["person", "product", "car", "other"] }, "description": "remove.bg's kind of subject: the type asked for where it names one (person, product, car), else other (the appliance does not classify the subject)." },
                 "X-RateLimit-Limit": { "schema": { "type": "integer" }, "description": "Images a month (plans with a monthly limit only)." },
                 "X-RateLimit-Remaining": { "schema": { "type": "integer" }, "description": "Images left this month (plans with a monthly limit only)." },
                 "X-RateLimit-Reset": { "schema": { "type": "integer" }, "description": "Unix time the count resets: the next UTC month (plans with a monthly limit only)." },
                 "Server-Timing": { "schema": { "type": "string" }, "description": "Milliseconds spent on each step (queue, decode, prepare, model, compose: the matte, cut-out and PNG made together; second-prepare and second-model where a second opinion was asked), e.g. `decode;dur=12.5, model;dur=1610.2`." }
             },
-            "content": { "image/png": { "schema": { "type": "string", "contentMediaType": "image/png" } } }
+            "content": {
+                "image/png": { "schema": { "type": "string", "contentMediaType": "image/png" } },
+                "application/json": { "schema": { "type": "object", "description": "With Accept: application/json, remove.bg's answer.", "properties": { "data": { "type": "object", "properties": {
+                    "result_b64": { "type": "string", "contentEncoding": "base64", "contentMediaType": "image/png" },
+                    "foreground_top": { "type": "integer" }, "foreground_left": { "type": "integer" },
+                    "foreground_width": { "type": "integer" }, "foreground_height": { "type": "integer" } } } } } }
+            }
         }),
     );
     let mut statuses: Vec<u16> = REMOVE_BG_ERRORS.iter().map(|e| e.status).collect();
@@ -131,7 +142,29 @@ pub fn document(version: &str) -> Value {
         "security": [{ "apiKey": [] }],
         "paths": {
             "/api/remove-bg": { "post": operation("removeBackground") },
-            "/v1.0/removebg": { "post": operation("removeBackgroundAsRemoveBg") }
+            "/v1.0/removebg": { "post": operation("removeBackgroundAsRemoveBg") },
+            "/v1.0/account": { "get": {
+                "operationId": "account",
+                "summary": "The key's account, its plan and this month's use, in remove.bg's shape",
+                "responses": {
+                    "200": { "description": "credits.total and credits.subscription: images left this month (null on a plan without a monthly limit); the appliance's own figures beside them.",
+                        "content": { "application/json": { "schema": { "type": "object", "properties": { "data": { "type": "object", "properties": { "attributes": {
+                            "type": "object",
+                            "properties": {
+                                "credits": { "type": "object", "properties": {
+                                    "total": { "type": ["integer", "null"] }, "subscription": { "type": ["integer", "null"] },
+                                    "payg": { "type": "integer" }, "enterprise": { "type": "integer" } } },
+                                "api": { "type": "object", "properties": { "free_calls": { "type": "integer" }, "sizes": { "type": "string" } } },
+                                "account": { "type": "string" }, "plan": { "type": "string" },
+                                "month": { "type": "string", "description": "The UTC month, YYYY-MM." },
+                                "used": { "type": "integer" }, "monthly_limit": { "type": ["integer", "null"] },
+                                "remaining": { "type": ["integer", "null"] }, "concurrency": { "type": "integer" }
+                            } } } } } } } } },
+                    "401": { "description": "No key, or an unknown or revoked one (missing_api_key, invalid_api_key).", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+                    "403": { "description": "The plan has no API access, or the account is suspended.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+                    "503": { "description": "The database cannot be read now.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+                }
+            } }
         }
     })
 }

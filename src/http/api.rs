@@ -7,8 +7,9 @@ use super::form::{read_form, Form, MAX_BODY_BYTES};
 use super::respond::{self, header, Body};
 use super::session::header_value;
 use crate::app::{Admission, AppState, Upload};
-use crate::domain::{ApiKey, SizeMode, SubjectType};
+use crate::domain::{ApiKey, Month, SizeMode, SubjectType};
 use crate::error::ApiError;
+use crate::imaging::Foreground;
 use crate::store::Caller;
 use tiny_http::Request;
 
@@ -43,30 +44,52 @@ fn handle(
     if state.is_stopping() {
         return Err(ApiError::Unavailable("shutting down".into()));
     }
-    let key = header_value(request, "X-Api-Key").ok_or(ApiError::MissingApiKey)?;
-    let key = ApiKey::parse(key.trim()).ok_or(ApiError::InvalidApiKey)?;
-    let caller = state
-        .store
-        .authenticate(&key)
-        .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?;
-    let caller = caller.ok_or(ApiError::InvalidApiKey)?;
+    let caller = authenticate(state, request)?;
     *account_name = Some(caller.account.name.clone());
     let (admission, mut form) = admit_and_read_form(state, &caller, request)?;
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
     let x_type = foreground_type(form.subject.as_deref());
     let image = form.take_image()?;
+    let wants_json = wants_json(request);
     let done = admission.cut_out_and_charge(&caller, &image, size, subject)?;
 
+    let foreground = done.cut.foreground;
+    let body = if wants_json {
+        use base64::Engine as _;
+        let box_ = foreground.unwrap_or(Foreground {
+            left: 0,
+            top: 0,
+            width: 0,
+            height: 0,
+        });
+        let json = serde_json::json!({ "data": {
+            "result_b64": base64::engine::general_purpose::STANDARD.encode(&done.cut.png),
+            "foreground_top": box_.top,
+            "foreground_left": box_.left,
+            "foreground_width": box_.width,
+            "foreground_height": box_.height,
+        } });
+        (json.to_string().into_bytes(), "application/json")
+    } else {
+        (done.cut.png, "image/png")
+    };
     // Content-Length rather than chunked: clients saving a file like to know its size.
-    let mut response = tiny_http::Response::from_data(done.cut.png)
+    let mut response = tiny_http::Response::from_data(body.0)
         .with_chunked_threshold(usize::MAX)
-        .with_header(header("Content-Type", "image/png"))
+        .with_header(header("Content-Type", body.1))
+        .with_header(header("X-Credits-Charged", 1))
         .with_header(header("X-Width", done.cut.width))
         .with_header(header("X-Height", done.cut.height))
         .with_header(header("X-Model", &done.cut.model))
         .with_header(header("X-Type", x_type))
         .with_header(header("Server-Timing", server_timing(&done.cut.timings)));
+    if let Some(f) = foreground {
+        response.add_header(header("X-Foreground-Top", f.top));
+        response.add_header(header("X-Foreground-Left", f.left));
+        response.add_header(header("X-Foreground-Width", f.width));
+        response.add_header(header("X-Foreground-Height", f.height));
+    }
     if let Some(limit) = caller.account.plan.monthly_limit {
         response.add_header(header("X-RateLimit-Limit", limit));
         response.add_header(header(
@@ -76,6 +99,65 @@ fn handle(
         response.add_header(header("X-RateLimit-Reset", done.month.next().start_unix()));
     }
     Ok(response)
+}
+
+/// The account behind the request's `X-Api-Key`.
+fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError> {
+    let key = header_value(request, "X-Api-Key").ok_or(ApiError::MissingApiKey)?;
+    let key = ApiKey::parse(key.trim()).ok_or(ApiError::InvalidApiKey)?;
+    state
+        .store
+        .authenticate(&key)
+        .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?
+        .ok_or(ApiError::InvalidApiKey)
+}
+
+/// `GET /v1.0/account`: the key's account, its plan and this month's use,
+/// in remove.bg's shape (`credits`: images left this month, `null` on a
+/// plan without a monthly limit; `api`) with the appliance's own figures
+/// beside. Costs nothing.
+pub fn account(state: &AppState, request: &Request) -> Outcome {
+    let mut account = None;
+    let response =
+        account_info(state, request, &mut account).unwrap_or_else(|e| respond::error(&e));
+    Outcome { response, account }
+}
+
+fn account_info(
+    state: &AppState,
+    request: &Request,
+    account_name: &mut Option<String>,
+) -> Result<Body, ApiError> {
+    let caller = authenticate(state, request)?;
+    let account = &caller.account;
+    *account_name = Some(account.name.clone());
+    if account.suspended {
+        return Err(ApiError::AccountSuspended);
+    }
+    if !account.plan.api_access {
+        return Err(ApiError::PlanNotAllowed);
+    }
+    let month = Month::of_unix(state.clock.now_unix());
+    let used = state
+        .store
+        .usage(account.id, month)
+        .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?;
+    let limit = account.plan.monthly_limit;
+    let left = limit.map(|limit| limit.saturating_sub(used));
+    Ok(respond::json(
+        200,
+        &serde_json::json!({ "data": { "attributes": {
+            "credits": { "total": left, "subscription": left, "payg": 0, "enterprise": 0 },
+            "api": { "free_calls": 0, "sizes": "all" },
+            "account": account.name,
+            "plan": account.plan.name,
+            "month": month.to_string(),
+            "used": used,
+            "monthly_limit": limit,
+            "remaining": left,
+            "concurrency": account.plan.concurrency,
+        } } }),
+    ))
 }
 
 /// Lets the request through every gate (`AppState::admit`), then reads the
@@ -101,6 +183,16 @@ pub fn parse_subject(subject: Option<&str>) -> Result<SubjectType, ApiError> {
         None => Ok(SubjectType::Auto),
         Some(s) => SubjectType::parse(s.trim()).ok_or(ApiError::InvalidType),
     }
+}
+
+/// Whether the client asks for remove.bg's JSON answer (the PNG in base64
+/// with the subject's box) rather than the PNG: `Accept` names
+/// `application/json` and no image type.
+fn wants_json(request: &Request) -> bool {
+    let accept = header_value(request, "Accept")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    accept.contains("application/json") && !accept.contains("image/")
 }
 
 /// remove.bg's `X-Type`, the kind of subject: the type asked for where it

@@ -221,8 +221,9 @@ fn serve(state: &AppState, server: &Server, mut request: Request) {
     );
 }
 
-/// remove.bg's own route, so that its clients need only a new address.
+/// remove.bg's own routes, so that its clients need only a new address.
 const REMOVE_BG_COMPATIBLE: &str = "/v1.0/removebg";
+const REMOVE_BG_ACCOUNT: &str = "/v1.0/account";
 
 /// A request line may hold 8 KiB; its log line keeps this much of the path.
 const MAX_LOGGED_PATH: usize = 200;
@@ -241,6 +242,7 @@ fn shortened(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 fn route_label(path: &str) -> &'static str {
     match path {
         "/api/remove-bg" | REMOVE_BG_COMPATIBLE => "remove_bg",
+        REMOVE_BG_ACCOUNT => "account",
         "/try" => "try",
         "/healthz" | "/readyz" => "health",
         "/metrics" => "metrics",
@@ -287,6 +289,7 @@ fn route(
     let get = matches!(method, Method::Get | Method::Head);
     match (path, method) {
         ("/api/remove-bg" | REMOVE_BG_COMPATIBLE, Method::Post) => api::remove_bg(state, request),
+        (REMOVE_BG_ACCOUNT, _) if get => api::account(state, request),
         ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
         ("/readyz", _) if get => plain(readiness(state)),
         ("/api/openapi.json", _) if get => plain(dashboard::openapi_json()),
@@ -296,7 +299,7 @@ fn route(
                 allow: "POST",
             }))
         }
-        ("/healthz" | "/readyz" | "/api/openapi.json" | "/metrics", _) => {
+        ("/healthz" | "/readyz" | "/api/openapi.json" | "/metrics" | REMOVE_BG_ACCOUNT, _) => {
             plain(respond::error(&ApiError::MethodNotAllowed {
                 allow: "GET, HEAD",
             }))

@@ -20,6 +20,7 @@ pub use resize::{resize, resize_gray, resize_with, Filter};
 use edges::Edges;
 use foreground::Colours;
 use image::DynamicImage;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The cut-out of `image` as a PNG. The model's matte (`small_matte`, on
 /// the grid of `small`, the photo as the model saw it) is enlarged to the
@@ -27,15 +28,78 @@ use image::DynamicImage;
 /// whatever transparency the image already had; partial pixels get their
 /// foreground colour. A pixel that ends fully transparent gets colour 0 as
 /// well: nobody sees it, and long runs of zeros make the PNG smaller and
-/// faster to encode.
+/// faster to encode. Also returns where the subject is: the box of the
+/// pixels not fully transparent, `None` if there are none.
 ///
 /// One pass, band by band on every core, from the photo's rows to the
 /// PNG's: at 12 MP, a full-size matte and cut-out were 60 MB of fresh
 /// memory a request, written and read again by each step.
-pub fn cut_out_png(image: &DynamicImage, small: &DynamicImage, small_matte: &[u8]) -> Vec<u8> {
+pub fn cut_out_png(
+    image: &DynamicImage,
+    small: &DynamicImage,
+    small_matte: &[u8],
+) -> (Vec<u8>, Option<Foreground>) {
     // Small photos in a few bands a core too.
     let rows_a_band = png::rows_a_band(image.width()).min(band_rows(image.height()) as usize);
-    cut_out_in_bands(image, small, small_matte, rows_a_band)
+    let extent = Extent::default();
+    let png = cut_out_in_bands(image, small, small_matte, rows_a_band, &extent);
+    (png, extent.foreground())
+}
+
+/// The box of a cut-out's visible pixels, in its own pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Foreground {
+    pub left: u32,
+    pub top: u32,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The visible pixels' box as bands find them, on any thread.
+struct Extent {
+    left: AtomicU32,
+    right: AtomicU32,
+    top: AtomicU32,
+    bottom: AtomicU32,
+}
+
+impl Default for Extent {
+    fn default() -> Extent {
+        Extent {
+            left: AtomicU32::new(u32::MAX),
+            right: AtomicU32::new(0),
+            top: AtomicU32::new(u32::MAX),
+            bottom: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Extent {
+    /// Takes in row `y` of the cut-out (RGBA).
+    fn include_row(&self, y: usize, rgba: &[u8]) {
+        let visible = |p: &[u8]| p[3] != 0;
+        let Some(first) = rgba.chunks_exact(4).position(visible) else {
+            return;
+        };
+        let last = rgba.chunks_exact(4).rposition(visible).unwrap_or(first);
+        self.left.fetch_min(first as u32, Ordering::Relaxed);
+        self.right.fetch_max(last as u32, Ordering::Relaxed);
+        self.top.fetch_min(y as u32, Ordering::Relaxed);
+        self.bottom.fetch_max(y as u32, Ordering::Relaxed);
+    }
+
+    fn foreground(&self) -> Option<Foreground> {
+        let (left, top) = (
+            self.left.load(Ordering::Relaxed),
+            self.top.load(Ordering::Relaxed),
+        );
+        (left != u32::MAX).then(|| Foreground {
+            left,
+            top,
+            width: self.right.load(Ordering::Relaxed) - left + 1,
+            height: self.bottom.load(Ordering::Relaxed) - top + 1,
+        })
+    }
 }
 
 fn cut_out_in_bands(
@@ -43,13 +107,14 @@ fn cut_out_in_bands(
     small: &DynamicImage,
     small_matte: &[u8],
     rows_a_band: usize,
+    extent: &Extent,
 ) -> Vec<u8> {
     let (pixels, step) = match image {
         DynamicImage::ImageRgb8(rgb) => (rgb.as_raw(), 3),
         DynamicImage::ImageRgba8(rgba) => (rgba.as_raw(), 4),
         other => {
             let rgba = DynamicImage::ImageRgba8(other.to_rgba8());
-            return cut_out_in_bands(&rgba, small, small_matte, rows_a_band);
+            return cut_out_in_bands(&rgba, small, small_matte, rows_a_band, extent);
         }
     };
     let size = (image.width(), image.height());
@@ -76,6 +141,7 @@ fn cut_out_in_bands(
                 if let Some(colours) = &colours {
                     colours.recolour_row(y, cut);
                 }
+                extent.include_row(y, cut);
             });
         }
     })
@@ -177,12 +243,24 @@ mod tests {
         for alpha in [false, true] {
             let (photo, small, matte) = photo_and_matte(120, 90, alpha);
             let decode = |png: Vec<u8>| image::load_from_memory(&png).unwrap().into_rgba8();
-            let whole = decode(cut_out_in_bands(&photo, &small, &matte, 90));
+            let whole = decode(cut_out_in_bands(
+                &photo,
+                &small,
+                &matte,
+                90,
+                &Extent::default(),
+            ));
             assert_eq!(whole.dimensions(), photo.dimensions());
             let partial = whole.pixels().filter(|p| is_partial(p[3])).count();
             assert!(partial > 500, "the test needs partial pixels: {partial}");
             for rows_a_band in [1, 7, 64] {
-                let banded = decode(cut_out_in_bands(&photo, &small, &matte, rows_a_band));
+                let banded = decode(cut_out_in_bands(
+                    &photo,
+                    &small,
+                    &matte,
+                    rows_a_band,
+                    &Extent::default(),
+                ));
                 let worst = banded
                     .as_raw()
                     .iter()

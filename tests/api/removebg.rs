@@ -316,3 +316,128 @@ fn bad_base64_both_images_or_one_too_large_are_refused_and_cost_nothing() {
     );
     assert_eq!(app.used("acme"), 0);
 }
+
+fn account_info(app: &TestApp, key: Option<&str>) -> Reply {
+    let headers: Vec<_> = key
+        .map(|k| ("X-Api-Key".to_owned(), k.to_owned()))
+        .into_iter()
+        .collect();
+    app.request("GET", "/v1.0/account", &headers, b"")
+}
+
+#[test]
+fn the_account_route_says_the_plan_and_what_is_left_in_remove_bgs_shape() {
+    let app = spawn_app();
+    let pro = app.account("booth", "pro");
+    for _ in 0..3 {
+        assert_eq!(app.post_image(Some(&pro), &jpeg(64, 48), None).status, 200);
+    }
+    let reply = account_info(&app, Some(&pro));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let info: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    let attributes = &info["data"]["attributes"];
+    assert_eq!(attributes["credits"]["total"], 497);
+    assert_eq!(attributes["credits"]["subscription"], 497);
+    assert_eq!(attributes["api"]["sizes"], "all");
+    assert_eq!(
+        (
+            &attributes["account"],
+            &attributes["plan"],
+            &attributes["used"]
+        ),
+        (&"booth".into(), &"pro".into(), &3.into())
+    );
+    assert_eq!(
+        (&attributes["monthly_limit"], &attributes["concurrency"]),
+        (&500.into(), &5.into())
+    );
+    assert_eq!(attributes["month"], "2026-03");
+
+    let business = app.account("venue", "business");
+    let info: serde_json::Value =
+        serde_json::from_slice(&account_info(&app, Some(&business)).body).unwrap();
+    assert!(
+        info["data"]["attributes"]["credits"]["total"].is_null(),
+        "no monthly limit"
+    );
+    assert_eq!(app.used("booth"), 3, "asking costs nothing");
+    assert_eq!(app.used("venue"), 0);
+}
+
+#[test]
+fn the_account_route_refuses_as_the_api_does() {
+    let app = spawn_app();
+    let key = app.account("booth", "pro");
+    let free = app.account("freebie", "free");
+    let check = |reply: Reply, status: u16, code: &str| {
+        assert_eq!((reply.status, reply.error_code().as_str()), (status, code));
+    };
+    check(account_info(&app, None), 401, "missing_api_key");
+    check(account_info(&app, Some("ck_nope")), 401, "invalid_api_key");
+    check(account_info(&app, Some(&free)), 403, "plan_not_allowed");
+    app.store.set_suspended("booth", true, MID_MARCH).unwrap();
+    check(account_info(&app, Some(&key)), 403, "account_suspended");
+    let post = app.request("POST", "/v1.0/account", &[], b"");
+    assert_eq!(
+        (post.status, post.header("allow")),
+        (405, Some("GET, HEAD"))
+    );
+}
+
+#[test]
+fn the_subjects_box_comes_in_headers_and_accept_json_gives_remove_bgs_json_answer() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    let image = jpeg(160, 120);
+    let png = post(
+        &app,
+        "/v1.0/removebg",
+        &key,
+        Multipart::new().file("image_file", &image),
+    );
+    assert_eq!(png.header("x-credits-charged"), Some("1"));
+    let cut = png.png();
+    let visible: Vec<(u32, u32)> = cut
+        .enumerate_pixels()
+        .filter(|(_, _, p)| p[3] != 0)
+        .map(|(x, y, _)| (x, y))
+        .collect();
+    assert!(!visible.is_empty(), "the test photo has a subject");
+    let left = visible.iter().map(|p| p.0).min().unwrap();
+    let right = visible.iter().map(|p| p.0).max().unwrap();
+    let top = visible.iter().map(|p| p.1).min().unwrap();
+    let bottom = visible.iter().map(|p| p.1).max().unwrap();
+    let expected = [left, top, right - left + 1, bottom - top + 1].map(|n| n.to_string());
+    let got = ["left", "top", "width", "height"].map(|side| {
+        png.header(&format!("x-foreground-{side}"))
+            .unwrap()
+            .to_owned()
+    });
+    assert_eq!(got, expected);
+
+    let mut headers = vec![
+        ("X-Api-Key".to_owned(), key.clone()),
+        ("Accept".to_owned(), "application/json".to_owned()),
+    ];
+    let mut form = Multipart::new();
+    form.file("image_file", &image);
+    headers.push(("Content-Type".to_owned(), form.content_type()));
+    let reply = app.request("POST", "/v1.0/removebg", &headers, &form.body());
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    let data = &answer["data"];
+    use base64::Engine;
+    let result = base64::engine::general_purpose::STANDARD
+        .decode(data["result_b64"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(result, png.body);
+    let in_json = ["left", "top", "width", "height"].map(|side| {
+        data[format!("foreground_{side}")]
+            .as_u64()
+            .unwrap()
+            .to_string()
+    });
+    assert_eq!(in_json, expected);
+    assert_eq!(app.used("acme"), 2);
+}
