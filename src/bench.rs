@@ -6,7 +6,7 @@
 
 use crate::board::{Board, Installed};
 use crate::config::Settings;
-use crate::domain::{SizeMode, SubjectType};
+use crate::domain::{Channels, SizeMode, SubjectType};
 use crate::engine::{EngineChoice, EngineKind, Manifest};
 use crate::pipeline::{Loader, Pipeline};
 use anyhow::{anyhow, bail, Context, Result};
@@ -330,7 +330,13 @@ pub fn measure_one(
     let started = Instant::now();
     let place = pipeline.queue.join(0).expect("an empty queue has room");
     pipeline
-        .cut_out(place, &bytes, SizeMode::Auto, SubjectType::Auto)
+        .cut_out(
+            place,
+            &bytes,
+            SizeMode::Auto,
+            SubjectType::Auto,
+            Channels::Rgba,
+        )
         .map_err(|e| anyhow!("{}: {}", e.code(), e.detail()))?;
     let took = started.elapsed().as_secs_f64();
     let status = std::fs::read_to_string("/proc/self/status")?;

@@ -4,7 +4,7 @@
 use crate::board::{Board, Installed};
 use crate::clock::Clock;
 use crate::config::{Config, Settings, DEFAULT_CONFIG_FILE, DEFAULT_MODELS_DIR};
-use crate::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectType};
+use crate::domain::{utc_date, AccountName, Channels, KeyLabel, Month, SizeMode, SubjectType};
 use crate::engine::{EngineKind, Manifest, OnnxRuntimeTrial};
 use crate::pipeline::{Loader, Pipeline};
 use crate::secrets::{check_password_policy, hash_password};
@@ -536,7 +536,7 @@ fn remove(
         let started = Instant::now();
         let place = pipeline.queue.join(0).expect("an empty queue has room");
         let cut = pipeline
-            .cut_out(place, &bytes, size, subject)
+            .cut_out(place, &bytes, size, subject, Channels::Rgba)
             .map_err(|e| anyhow!("{}: {}: {}", input.display(), e.code(), e.detail()))?;
         let took = started.elapsed();
         std::fs::write(&output, &cut.png)

@@ -34,6 +34,25 @@ impl SizeMode {
     }
 }
 
+/// The `channels` form field (remove.bg's): the cut-out, or its matte alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channels {
+    /// The photo's colours with the matte as alpha: an RGBA PNG.
+    Rgba,
+    /// The matte alone, the RGBA cut-out's alpha: a grey PNG.
+    Alpha,
+}
+
+impl Channels {
+    pub fn parse(s: &str) -> Option<Channels> {
+        match s {
+            "rgba" => Some(Channels::Rgba),
+            "alpha" => Some(Channels::Alpha),
+            _ => None,
+        }
+    }
+}
+
 /// The `type` form field: which model makes the matte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubjectType {
@@ -63,7 +82,6 @@ impl SubjectType {
 /// name, never served as if it were not there.
 pub const REMOVE_BG_OPTIONS: &[(&str, &[&str])] = &[
     ("format", &["auto", "png"]),
-    ("channels", &["rgba"]),
     ("bg_color", &[""]),
     ("crop", &["false"]),
     ("crop_margin", &["0", "0px", "0%"]),

@@ -35,6 +35,8 @@ pub enum ApiError {
     InvalidSize,
     #[error("invalid type")]
     InvalidType,
+    #[error("invalid channels")]
+    InvalidChannels,
     #[error("invalid image: {0}")]
     InvalidImage(String),
     #[error("image too large: {width}x{height}")]
@@ -78,9 +80,10 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part; the detail names a file part sent under another name (file, image, photo)." },
     Documented { status: 400, code: "unknown_field", title: "Unknown field", when: "The form has a field this API does not know; the detail names it." },
     Documented { status: 400, code: "invalid_image_file_b64", title: "Invalid image_file_b64", when: "image_file_b64 is not standard base64 (a data: URL's head and line breaks are allowed)." },
-    Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "The form has a remove.bg option at a value this appliance does not offer; it takes each one's default (format=png or auto, channels=rgba, crop=false, add_shadow=false, ...). The detail names it." },
+    Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "The form has a remove.bg option at a value this appliance does not offer; it takes each one's default (format=png or auto, crop=false, add_shadow=false, ...). The detail names it." },
     Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full, nor one of remove.bg's names (small, regular, medium, hd, 4k, 50MP)." },
     Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general, nor one of remove.bg's (product, car)." },
+    Documented { status: 400, code: "invalid_channels", title: "Invalid channels", when: "channels is not rgba or alpha." },
     Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
     Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels." },
     Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
@@ -124,6 +127,7 @@ impl ApiError {
             UnsupportedOption { .. } => (400, "unsupported_option", "Unsupported option"),
             InvalidSize => (400, "invalid_size", "Invalid size"),
             InvalidType => (400, "invalid_type", "Invalid type"),
+            InvalidChannels => (400, "invalid_channels", "Invalid channels"),
             InvalidImage(_) => (400, "invalid_image", "Invalid image"),
             ImageTooLarge { .. } => (400, "image_too_large", "Image too large"),
             ResolutionTooHigh { .. } => (400, "resolution_too_high", "Resolution too high"),
@@ -187,6 +191,7 @@ impl ApiError {
                 offered[0]
             ),
             InvalidSize => "size must be one of auto, preview, full (or remove.bg's small, regular, medium, hd, 4k, 50MP).".into(),
+            InvalidChannels => "channels must be rgba (the cut-out) or alpha (its matte alone, in grey).".into(),
             InvalidType => "type must be one of auto, person, general (or remove.bg's product, car).".into(),
             InvalidImage(why) => format!("The image could not be decoded: {why}."),
             ImageTooLarge { width, height } => {
@@ -243,6 +248,7 @@ mod tests {
             },
             InvalidSize,
             InvalidType,
+            InvalidChannels,
             InvalidImage("x".into()),
             ImageTooLarge {
                 width: 1,

@@ -2,7 +2,7 @@
 //! in the alpha channel, encode. The API and `cutout remove` share it, and
 //! its work queue is the server-wide back-pressure.
 
-use crate::domain::{SizeMode, SubjectType};
+use crate::domain::{Channels, SizeMode, SubjectType};
 use crate::engine::preprocess::{apply_levels, matte_from_output, placement, to_tensor};
 pub use crate::engine::Models;
 use crate::engine::{
@@ -307,6 +307,7 @@ impl Pipeline {
         bytes: &[u8],
         size: SizeMode,
         subject: SubjectType,
+        channels: Channels,
     ) -> Result<CutOut, ApiError> {
         imaging::format_of(bytes)?;
         let mut watch = Stopwatch::start();
@@ -363,7 +364,7 @@ impl Pipeline {
             self.spare_pixels.give(original);
             resized
         };
-        let (png, foreground) = imaging::cut_out_png(&kept, &model_input, &small_matte);
+        let (png, foreground) = imaging::cut_out_png(&kept, &model_input, &small_matte, channels);
         watch.lap("compose");
         self.spare_pixels.give(kept);
         Ok(CutOut {
@@ -727,7 +728,7 @@ mod tests {
         let photo = black_png(400, 300);
         let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
         let cut = pipeline
-            .cut_out(ticket, &photo, SizeMode::Auto, subject)
+            .cut_out(ticket, &photo, SizeMode::Auto, subject, Channels::Rgba)
             .unwrap();
         let png = image::load_from_memory(&cut.png).unwrap().to_rgba8();
         let alpha =

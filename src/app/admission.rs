@@ -9,7 +9,7 @@
 //! and its ticket, and costs nothing.
 
 use super::AppState;
-use crate::domain::{Month, SizeMode, SubjectType};
+use crate::domain::{Channels, Month, SizeMode, SubjectType};
 use crate::error::ApiError;
 use crate::pipeline::{CutOut, Ticket};
 use crate::store::{Caller, Refusal, Slot};
@@ -91,9 +91,12 @@ impl Admission<'_> {
         image: &[u8],
         size: SizeMode,
         subject: SubjectType,
+        channels: Channels,
     ) -> Result<Charged, ApiError> {
         let state = self.state;
-        let cut = state.pipeline.cut_out(self.ticket, image, size, subject)?;
+        let cut = state
+            .pipeline
+            .cut_out(self.ticket, image, size, subject, channels)?;
         let now = state.clock.now_unix();
         let month = Month::of_unix(now);
         let used = state

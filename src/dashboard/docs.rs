@@ -41,6 +41,7 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                     tbody {
                         tr { td { "header" } td { code { "X-Api-Key" } } td { "Your API key. Required on every call." } }
                         tr { td { "form field" } td { code { "image_file" } } td { "The photo: JPG, PNG or WEBP, at most 10 MB (10485760 bytes) and 50 megapixels. Required, unless it comes as " code { "image_file_b64" } "." } }
+                        tr { td { "form field" } td { code { "channels" } } td { "Optional, default " code { "rgba" } ", the cut-out; " code { "alpha" } ": its matte alone, a grey PNG equal to the cut-out's alpha channel." } }
                         tr { td { "form field" } td { code { "image_file_b64" } } td { "The photo in standard base64 instead, as remove.bg's clients send it; the form may then be urlencoded or a JSON object. At most 10 MB decoded." } }
                         tr {
                             td { "form field" } td { code { "size" } }

@@ -73,6 +73,8 @@ pub fn document(version: &str) -> Value {
     let mut properties = json!({
         "image_file": { "type": "string", "contentMediaType": "application/octet-stream",
             "description": format!("JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes and 50 megapixels; or image_file_b64, the same in base64 (exactly one of the two).") },
+        "channels": { "type": "string", "enum": ["rgba", "alpha"], "default": "rgba",
+            "description": "rgba: the cut-out; alpha: its matte alone, a grey PNG equal to the cut-out's alpha channel (remove.bg's option)." },
         "image_file_b64": { "type": "string", "contentEncoding": "base64",
             "description": "The image in standard base64, instead of image_file." },
         "size": { "type": "string", "enum": ["auto", "preview", "full", "small", "regular", "medium", "hd", "4k", "50MP"], "default": "auto",

@@ -7,7 +7,7 @@ use super::form::{read_form, Form, MAX_BODY_BYTES};
 use super::respond::{self, header, Body};
 use super::session::header_value;
 use crate::app::{Admission, AppState, Upload};
-use crate::domain::{ApiKey, Month, SizeMode, SubjectType};
+use crate::domain::{ApiKey, Channels, Month, SizeMode, SubjectType};
 use crate::error::ApiError;
 use crate::imaging::Foreground;
 use crate::store::Caller;
@@ -49,10 +49,11 @@ fn handle(
     let (admission, mut form) = admit_and_read_form(state, &caller, request)?;
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
+    let channels = parse_channels(form.channels.as_deref())?;
     let x_type = foreground_type(form.subject.as_deref());
     let image = form.take_image()?;
     let wants_json = wants_json(request);
-    let done = admission.cut_out_and_charge(&caller, &image, size, subject)?;
+    let done = admission.cut_out_and_charge(&caller, &image, size, subject, channels)?;
 
     let foreground = done.cut.foreground;
     let body = if wants_json {
@@ -204,6 +205,13 @@ fn foreground_type(subject: Option<&str>) -> &'static str {
         Some("product") => "product",
         Some("car") => "car",
         _ => "other",
+    }
+}
+
+pub fn parse_channels(channels: Option<&str>) -> Result<Channels, ApiError> {
+    match channels {
+        None => Ok(Channels::Rgba),
+        Some(s) => Channels::parse(s.trim()).ok_or(ApiError::InvalidChannels),
     }
 }
 

@@ -32,6 +32,8 @@ pub struct Form {
     pub image_file: Option<Vec<u8>>,
     pub size: Option<String>,
     pub subject: Option<String>,
+    /// remove.bg's `channels`: `rgba` or `alpha`.
+    pub channels: Option<String>,
     /// The dashboard's Try it form carries its CSRF token here.
     pub csrf: Option<String>,
     /// The first file part under another name than image_file (`file`,
@@ -54,8 +56,10 @@ impl Form {
     /// Whether `name` is a text field this API reads (as some clients send
     /// them, possibly as a file part).
     fn knows(name: &str) -> bool {
-        matches!(name, "size" | "type" | "csrf" | "image_file_b64")
-            || remove_bg_option(name).is_some()
+        matches!(
+            name,
+            "size" | "type" | "channels" | "csrf" | "image_file_b64"
+        ) || remove_bg_option(name).is_some()
     }
 
     /// A text field by name: one this API knows, or one of remove.bg's
@@ -80,6 +84,7 @@ impl Form {
         match name {
             "size" => self.size = Some(value),
             "type" => self.subject = Some(value),
+            "channels" => self.channels = Some(value),
             "csrf" => self.csrf = Some(value),
             "image_file_b64" => self.image_file_b64 = Some(value),
             "image_file" => {

@@ -17,6 +17,7 @@ pub use parts::keep_main_parts;
 pub use png::encode_png;
 pub use resize::{resize, resize_gray, resize_with, Filter};
 
+use crate::domain::Channels;
 use edges::Edges;
 use foreground::Colours;
 use image::DynamicImage;
@@ -34,15 +35,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// One pass, band by band on every core, from the photo's rows to the
 /// PNG's: at 12 MP, a full-size matte and cut-out were 60 MB of fresh
 /// memory a request, written and read again by each step.
+/// With `Channels::Alpha`, the PNG is that alpha channel alone, in grey.
 pub fn cut_out_png(
     image: &DynamicImage,
     small: &DynamicImage,
     small_matte: &[u8],
+    channels: Channels,
 ) -> (Vec<u8>, Option<Foreground>) {
     // Small photos in a few bands a core too.
     let rows_a_band = png::rows_a_band(image.width()).min(band_rows(image.height()) as usize);
     let extent = Extent::default();
-    let png = cut_out_in_bands(image, small, small_matte, rows_a_band, &extent);
+    let png = cut_out_in_bands(image, small, small_matte, rows_a_band, &extent, channels);
     (png, extent.foreground())
 }
 
@@ -108,13 +111,14 @@ fn cut_out_in_bands(
     small_matte: &[u8],
     rows_a_band: usize,
     extent: &Extent,
+    channels: Channels,
 ) -> Vec<u8> {
     let (pixels, step) = match image {
         DynamicImage::ImageRgb8(rgb) => (rgb.as_raw(), 3),
         DynamicImage::ImageRgba8(rgba) => (rgba.as_raw(), 4),
         other => {
             let rgba = DynamicImage::ImageRgba8(other.to_rgba8());
-            return cut_out_in_bands(&rgba, small, small_matte, rows_a_band, extent);
+            return cut_out_in_bands(&rgba, small, small_matte, rows_a_band, extent, channels);
         }
     };
     let size = (image.width(), image.height());
@@ -125,15 +129,24 @@ fn cut_out_in_bands(
         || Edges::fit(size, small, small_matte),
         || Colours::estimate(size, small, small_matte),
     );
-    png::encode_rows(size.0, size.1, rows_a_band, |rows, band| {
+    let colour = match channels {
+        Channels::Rgba => png::Colour::Rgba,
+        Channels::Alpha => png::Colour::Grey,
+    };
+    png::encode_rows(size.0, size.1, colour, rows_a_band, |rows, band| {
         let mut matte = vec![0u8; rows.len() * width];
+        // The matte alone is the cut-out's alpha, so each row is made whole first.
+        let mut whole_row = match channels {
+            Channels::Rgba => Vec::new(),
+            Channels::Alpha => vec![0u8; width * 4],
+        };
         resize::resize_gray_band(small_matte, grid, size, rows.start as u32, &mut matte);
         for (y, matte) in rows.zip(matte.chunks_exact_mut(width)) {
             let pixels = &pixels[y * width * step..][..width * step];
             if let Some(edges) = &edges {
                 edges.refine_row(y, matte, pixels, step);
             }
-            band.push_with(|cut| {
+            let make = |cut: &mut [u8]| {
                 match step {
                     3 => cut_out_row::<3>(matte, pixels, cut),
                     _ => cut_out_row::<4>(matte, pixels, cut),
@@ -142,7 +155,18 @@ fn cut_out_in_bands(
                     colours.recolour_row(y, cut);
                 }
                 extent.include_row(y, cut);
-            });
+            };
+            match channels {
+                Channels::Rgba => band.push_with(make),
+                Channels::Alpha => {
+                    make(&mut whole_row);
+                    band.push_with(|grey| {
+                        for (g, px) in grey.iter_mut().zip(whole_row.chunks_exact(4)) {
+                            *g = px[3];
+                        }
+                    });
+                }
+            }
         }
     })
 }
@@ -249,6 +273,7 @@ mod tests {
                 &matte,
                 90,
                 &Extent::default(),
+                Channels::Rgba,
             ));
             assert_eq!(whole.dimensions(), photo.dimensions());
             let partial = whole.pixels().filter(|p| is_partial(p[3])).count();
@@ -260,6 +285,7 @@ mod tests {
                     &matte,
                     rows_a_band,
                     &Extent::default(),
+                    Channels::Rgba,
                 ));
                 let worst = banded
                     .as_raw()

@@ -39,7 +39,7 @@ pub fn rows_a_band(width: u32) -> usize {
 fn encode_image(image: &RgbaImage, rows_a_band: usize) -> Vec<u8> {
     let (width, height) = image.dimensions();
     let row_bytes = width as usize * 4;
-    encode_rows(width, height, rows_a_band, |rows, band| {
+    encode_rows(width, height, Colour::Rgba, rows_a_band, |rows, band| {
         for row in rows {
             band.push_with(|out| {
                 out.copy_from_slice(&image.as_raw()[row * row_bytes..][..row_bytes])
@@ -48,21 +48,45 @@ fn encode_image(image: &RgbaImage, rows_a_band: usize) -> Vec<u8> {
     })
 }
 
-/// An RGBA8 PNG of `width`×`height` whose rows `fill` makes, band by band
-/// (`rows_a_band` rows each, the last shorter) on every core: `fill` is
-/// given a band's rows and makes each of them, in order, in the band.
-pub fn encode_rows<F>(width: u32, height: u32, rows_a_band: usize, fill: F) -> Vec<u8>
+/// What a pixel of the PNG holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    /// RGBA, 8 bits each.
+    Rgba,
+    /// One 8-bit grey value.
+    Grey,
+}
+
+impl Colour {
+    fn bytes(self) -> usize {
+        match self {
+            Colour::Rgba => 4,
+            Colour::Grey => 1,
+        }
+    }
+}
+
+/// A PNG of `width`×`height` pixels of `colour` whose rows `fill` makes,
+/// band by band (`rows_a_band` rows each, the last shorter) on every core:
+/// `fill` is given a band's rows and makes each of them, in order, in the band.
+pub fn encode_rows<F>(
+    width: u32,
+    height: u32,
+    colour: Colour,
+    rows_a_band: usize,
+    fill: F,
+) -> Vec<u8>
 where
     F: Fn(Range<usize>, &mut Band) + Sync,
 {
-    let row_bytes = width as usize * 4;
+    let row_bytes = width as usize * colour.bytes();
     let height = height as usize;
     let band_starts: Vec<usize> = (0..height).step_by(rows_a_band.max(1)).collect();
     let pieces: Vec<Piece> = band_starts
         .par_iter()
         .map(|&first_row| {
             let rows = first_row..(first_row + rows_a_band).min(height);
-            let mut band = Band::new(row_bytes, rows.len());
+            let mut band = Band::new(row_bytes, colour.bytes(), rows.len());
             fill(rows.clone(), &mut band);
             assert_eq!(band.rows, rows.len(), "a band's rows, each pushed once");
             let stream = band.compressor.finish().expect("writing to a Vec");
@@ -80,8 +104,12 @@ where
     let mut header = Vec::with_capacity(13);
     header.extend_from_slice(&width.to_be_bytes());
     header.extend_from_slice(&(height as u32).to_be_bytes());
-    // 8 bits a sample, RGBA, deflate, adaptive filtering, not interlaced.
-    header.extend_from_slice(&[8, 6, 0, 0, 0]);
+    // 8 bits a sample, RGBA or grey, deflate, adaptive filtering, not interlaced.
+    let colour_type = match colour {
+        Colour::Rgba => 6,
+        Colour::Grey => 0,
+    };
+    header.extend_from_slice(&[8, colour_type, 0, 0, 0]);
     write_chunk(&mut out, b"IHDR", &header);
     for piece in &pieces {
         out.extend_from_slice(&piece.chunk);
@@ -101,10 +129,12 @@ pub struct Band {
     above: Vec<u8>,
     filtered: Vec<u8>,
     rows: usize,
+    /// Bytes a pixel: how far left Sub's byte is.
+    pixel_bytes: usize,
 }
 
 impl Band {
-    fn new(row_bytes: usize, rows: usize) -> Band {
+    fn new(row_bytes: usize, pixel_bytes: usize, rows: usize) -> Band {
         Band {
             // A cut-out deflates to about a third.
             compressor: fdeflate::Compressor::new(Vec::with_capacity(rows * row_bytes / 3))
@@ -113,10 +143,11 @@ impl Band {
             above: vec![0; row_bytes],
             filtered: Vec::with_capacity(row_bytes + 1),
             rows: 0,
+            pixel_bytes,
         }
     }
 
-    /// The band's next row, RGBA, which `make` writes whole. Filtered with
+    /// The band's next row, which `make` writes whole. Filtered with
     /// Up (type 2: each byte less the one above it), but the band's first
     /// row, whose row above is in another band, with Sub (type 1: less the
     /// byte a pixel to the left).
@@ -126,7 +157,7 @@ impl Band {
         self.filtered.clear();
         if self.rows == 0 {
             self.filtered.push(1);
-            let left = std::iter::repeat_n(&0, 4).chain(row);
+            let left = std::iter::repeat_n(&0, self.pixel_bytes).chain(row);
             self.filtered
                 .extend(row.iter().zip(left).map(|(&c, &l)| c.wrapping_sub(l)));
         } else {

@@ -54,6 +54,12 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
             let body = br#"{"image_file_b64": "not base64!"}"#;
             app.request("POST", "/v1.0/removebg", &headers, body)
         }
+        "invalid_channels" => app.post_form(
+            k,
+            Multipart::new()
+                .file("image_file", &photo)
+                .text("channels", "rgb"),
+        ),
         "unknown_field" => app.post_form(
             k,
             Multipart::new()

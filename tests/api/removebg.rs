@@ -441,3 +441,40 @@ fn the_subjects_box_comes_in_headers_and_accept_json_gives_remove_bgs_json_answe
     assert_eq!(in_json, expected);
     assert_eq!(app.used("acme"), 2);
 }
+
+#[test]
+fn channels_alpha_is_the_cut_outs_alpha_as_a_grey_png_and_a_bad_value_is_refused() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    let image = jpeg(160, 120);
+    let rgba = post(
+        &app,
+        "/v1.0/removebg",
+        &key,
+        Multipart::new().file("image_file", &image),
+    );
+    let mut form = Multipart::new();
+    form.file("image_file", &image).text("channels", "alpha");
+    let alpha = post(&app, "/v1.0/removebg", &key, &form);
+    assert_eq!(alpha.status, 200, "{}", alpha.text());
+    assert_eq!(alpha.header("content-type"), Some("image/png"));
+    let grey = image::load_from_memory(&alpha.body).unwrap();
+    assert_eq!(grey.color(), image::ColorType::L8);
+    let cut = rgba.png();
+    let expected: Vec<u8> = cut.pixels().map(|p| p[3]).collect();
+    assert_eq!(grey.to_luma8().into_raw(), expected);
+    assert!(expected.iter().any(|&a| a > 0) && expected.contains(&0));
+    for side in ["top", "left", "width", "height"] {
+        let name = format!("x-foreground-{side}");
+        assert_eq!(alpha.header(&name), rgba.header(&name), "{name}");
+    }
+
+    let mut bad = Multipart::new();
+    bad.file("image_file", &image).text("channels", "rgb");
+    let refused = post(&app, "/v1.0/removebg", &key, &bad);
+    assert_eq!(
+        (refused.status, refused.error_code().as_str()),
+        (400, "invalid_channels")
+    );
+    assert_eq!(app.used("acme"), 2);
+}

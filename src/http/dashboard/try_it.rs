@@ -60,7 +60,8 @@ pub(super) fn cut_out_form(
     let subject = parse_subject(form.subject.as_deref())?;
     let image = form.take_image()?;
     let original_type = imaging::format_of(&image)?.to_mime_type();
-    let done = admission.cut_out_and_charge(caller, &image, size, subject)?;
+    let channels = parse_channels(form.channels.as_deref())?;
+    let done = admission.cut_out_and_charge(caller, &image, size, subject, channels)?;
     Ok(TryResult {
         serial: 0,
         original: image,
