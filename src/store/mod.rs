@@ -83,6 +83,20 @@ pub enum Principal {
     Account(i64),
 }
 
+impl Principal {
+    /// As a session row stores it: the account's id, none for the operator.
+    fn account_id(self) -> Option<i64> {
+        match self {
+            Principal::Admin => None,
+            Principal::Account(id) => Some(id),
+        }
+    }
+
+    fn of_account_id(account_id: Option<i64>) -> Principal {
+        account_id.map_or(Principal::Admin, Principal::Account)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Session {
     pub principal: Principal,

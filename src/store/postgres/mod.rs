@@ -422,10 +422,7 @@ impl Store for PostgresStore {
         expires_at: i64,
         now: i64,
     ) -> Result<()> {
-        let account_id = match principal {
-            Principal::Admin => None,
-            Principal::Account(id) => Some(id),
-        };
+        let account_id = principal.account_id();
         let mut c = self.client()?;
         c.execute("DELETE FROM sessions WHERE expires_at <= $1", &[&now])?;
         c.execute(
@@ -444,9 +441,7 @@ impl Store for PostgresStore {
                 &[&token_hash, &now],
             )?
             .map(|r| Session {
-                principal: r
-                    .get::<_, Option<i64>>(0)
-                    .map_or(Principal::Admin, Principal::Account),
+                principal: Principal::of_account_id(r.get(0)),
                 csrf: r.get(1),
             }))
     }

@@ -167,7 +167,6 @@ impl Store for SqliteStore {
             .ok_or_else(|| StoreError::NoSuchAccount(format!("#{id}")))
     }
 
-    /// Every account with its usage in `month`.
     fn accounts(&self, month: Month) -> Result<Vec<(Account, u32)>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!(
@@ -191,8 +190,6 @@ impl Store for SqliteStore {
         }
     }
 
-    /// Suspends an account (its keys and its user are refused) or lifts it.
-    /// Suspending ends the user's dashboard sessions.
     fn set_suspended(&self, name: &str, suspended: bool, now: i64) -> Result<()> {
         let account = self.account(name)?;
         let mut conn = self.conn();
@@ -208,8 +205,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    /// Sets the account user's password hash and ends the user's sessions,
-    /// so a changed password locks out whoever knew the old one.
     fn set_account_password(&self, name: &str, password_hash: &str) -> Result<()> {
         let account = self.account(name)?;
         let mut conn = self.conn();
@@ -223,7 +218,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    /// The account named `name` and its user's password hash, for signing in.
     fn account_login(&self, name: &str) -> Result<Option<(Account, Option<String>)>> {
         Ok(self
             .conn()
@@ -244,7 +238,6 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
-    /// Sets the operator's password hash and ends the operator's sessions.
     fn set_admin_password(&self, password_hash: &str, now: i64) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
@@ -275,8 +268,6 @@ impl Store for SqliteStore {
         Ok(conn.query_row(SELECT, [], |r| r.get(0))?)
     }
 
-    /// Records a new session (by the SHA-256 of its token) and clears out
-    /// expired ones.
     fn create_session(
         &self,
         token_hash: &str,
@@ -285,10 +276,7 @@ impl Store for SqliteStore {
         expires_at: i64,
         now: i64,
     ) -> Result<()> {
-        let account_id = match principal {
-            Principal::Admin => None,
-            Principal::Account(id) => Some(id),
-        };
+        let account_id = principal.account_id();
         let conn = self.conn();
         conn.execute("DELETE FROM sessions WHERE expires_at <= ?1", [now])?;
         conn.execute(
@@ -298,8 +286,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    /// The live session with this token hash. An account user's session
-    /// ends with the account's suspension.
     fn session(&self, token_hash: &str, now: i64) -> Result<Option<Session>> {
         Ok(self
             .conn()
@@ -308,9 +294,8 @@ impl Store for SqliteStore {
                  WHERE s.token_hash = ?1 AND s.expires_at > ?2 AND a.suspended_at IS NULL",
                 params![token_hash, now],
                 |r| {
-                    let account_id: Option<i64> = r.get(0)?;
                     Ok(Session {
-                        principal: account_id.map_or(Principal::Admin, Principal::Account),
+                        principal: Principal::of_account_id(r.get(0)?),
                         csrf: r.get(1)?,
                     })
                 },
@@ -350,7 +335,6 @@ impl Store for SqliteStore {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Revokes the active key given in full or by a prefix that names exactly one.
     fn revoke_key(&self, key_or_prefix: &str, now: i64) -> Result<()> {
         let conn = self.conn();
         let ids: Vec<i64> = match ApiKey::parse(key_or_prefix) {
@@ -377,8 +361,6 @@ impl Store for SqliteStore {
         }
     }
 
-    /// Revokes `account_id`'s active key with exactly this prefix; another
-    /// account's key is as unknown as one that does not exist.
     fn revoke_key_of(&self, account_id: i64, prefix: &str, now: i64) -> Result<()> {
         match self.conn().execute(
             "UPDATE api_keys SET revoked_at = ?3 WHERE account_id = ?1 AND prefix = ?2 AND revoked_at IS NULL",
@@ -389,7 +371,6 @@ impl Store for SqliteStore {
         }
     }
 
-    /// The account behind an active key, or `None` for an unknown or revoked one.
     fn authenticate(&self, key: &ApiKey) -> Result<Option<Caller>> {
         Ok(self
             .conn()
@@ -453,7 +434,6 @@ impl Store for SqliteStore {
             .query_row("SELECT COUNT(*) = 0 FROM accounts", [], |r| r.get(0))?)
     }
 
-    /// A write that changes nothing, to tell whether the database takes writes.
     /// Whether a charge could be written now: the data directory is on a
     /// writable file system with room left, and the write lock is free.
     fn check_writable(&self) -> Result<()> {
@@ -476,8 +456,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    /// `check_writable`, then a real write: after a write has failed, a
-    /// file system that went read-only on an error may still grant locks.
     fn probe_write(&self, now: i64) -> Result<()> {
         self.check_writable()?;
         self.conn().execute(

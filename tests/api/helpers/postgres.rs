@@ -125,24 +125,28 @@ impl Postgres {
         self.dir.path().join("data")
     }
 
-    fn run(&self, program: &str, args: &[&std::ffi::OsStr]) {
+    /// One of the server's programs, as the `postgres` user under root.
+    fn command(&self, program: &str) -> Command {
         let program = self.bin.join(program);
-        let mut command = if self.as_postgres {
+        if self.as_postgres {
             let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&program);
+            c.args(["-u", "postgres", "--"]).arg(program);
             c
         } else {
-            Command::new(&program)
-        };
-        let output = command
+            Command::new(program)
+        }
+    }
+
+    fn run(&self, program: &str, args: &[&std::ffi::OsStr]) {
+        let output = self
+            .command(program)
             .args(args)
             .current_dir(self.dir.path())
             .output()
             .unwrap();
         assert!(
             output.status.success(),
-            "{} failed: {}{}",
-            program.display(),
+            "{program} failed: {}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
@@ -220,18 +224,10 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let data = self.data();
-        let pg_ctl = self.bin.join("pg_ctl");
-        let mut command = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
-            c
-        } else {
-            Command::new(&pg_ctl)
-        };
-        let _ = command
+        let _ = self
+            .command("pg_ctl")
             .args(["stop", "-m", "immediate", "-D"])
-            .arg(data)
+            .arg(self.data())
             .output();
     }
 }
