@@ -107,6 +107,14 @@ impl Server {
         rss_kib(self.child.id()).expect("the server is running")
     }
 
+    /// The log once it holds `line`: a request's line is written after its
+    /// answer is sent, so a client can see the answer before the log does.
+    pub fn log_once_it_says(&self, line: &str) -> String {
+        let read = || std::fs::read_to_string(&self.log).unwrap();
+        super::wait_until(&format!("the log says {line:?}"), || read().contains(line));
+        read()
+    }
+
     pub fn kill_9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
