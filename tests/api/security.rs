@@ -49,6 +49,9 @@ fn keys_are_never_written_in_clear_to_the_database_or_the_log() {
     server.kill_9();
 
     let secrets = [&key[12..], &revoked[12..], &near_miss[12..]];
+    for secret in secrets {
+        assert!(!log.contains(secret), "the log holds a key's secret part:\n{log}");
+    }
     for file in files_under(data.path()) {
         let bytes = std::fs::read(&file).unwrap();
         for secret in secrets {
