@@ -6,7 +6,7 @@
 
 use crate::board::{Board, Installed};
 use crate::config::Settings;
-use crate::domain::{Channels, SizeMode, SubjectType};
+use crate::domain::{SizeMode, SubjectType};
 use crate::engine::{EngineChoice, EngineKind, Manifest};
 use crate::pipeline::{Loader, Pipeline};
 use anyhow::{anyhow, bail, Context, Result};
@@ -335,7 +335,7 @@ pub fn measure_one(
             &bytes,
             SizeMode::Auto,
             SubjectType::Auto,
-            Channels::Rgba,
+            &crate::imaging::Finish::default(),
         )
         .map_err(|e| anyhow!("{}: {}", e.code(), e.detail()))?;
     let took = started.elapsed().as_secs_f64();

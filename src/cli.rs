@@ -4,8 +4,9 @@
 use crate::board::{Board, Installed};
 use crate::clock::Clock;
 use crate::config::{Config, Settings, DEFAULT_CONFIG_FILE, DEFAULT_MODELS_DIR};
-use crate::domain::{utc_date, AccountName, Channels, KeyLabel, Month, SizeMode, SubjectType};
+use crate::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectType};
 use crate::engine::{EngineKind, Manifest, OnnxRuntimeTrial};
+use crate::imaging::Finish;
 use crate::pipeline::{Loader, Pipeline};
 use crate::secrets::{check_password_policy, hash_password};
 use crate::store;
@@ -536,10 +537,10 @@ fn remove(
         let started = Instant::now();
         let place = pipeline.queue.join(0).expect("an empty queue has room");
         let cut = pipeline
-            .cut_out(place, &bytes, size, subject, Channels::Rgba)
+            .cut_out(place, &bytes, size, subject, &Finish::default())
             .map_err(|e| anyhow!("{}: {}: {}", input.display(), e.code(), e.detail()))?;
         let took = started.elapsed();
-        std::fs::write(&output, &cut.png)
+        std::fs::write(&output, &cut.bytes)
             .with_context(|| format!("writing {}", output.display()))?;
         let steps: Vec<String> = cut
             .timings

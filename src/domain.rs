@@ -35,9 +35,10 @@ impl SizeMode {
 }
 
 /// The `channels` form field (remove.bg's): the cut-out, or its matte alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Channels {
     /// The photo's colours with the matte as alpha: an RGBA PNG.
+    #[default]
     Rgba,
     /// The matte alone, the RGBA cut-out's alpha: a grey PNG.
     Alpha,
@@ -76,24 +77,32 @@ impl SubjectType {
     }
 }
 
+/// remove.bg's output options this appliance offers (`http::options`
+/// reads them, `imaging::finish` applies them), and what each takes, for
+/// the docs page and the OpenAPI document. All are optional; absent, the
+/// answer is the plain PNG cut-out.
+pub const OUTPUT_OPTIONS: &[(&str, &str)] = &[
+    ("format", "png (the default), jpg, webp (lossless), zip (color.jpg, the colours, and alpha.png, the matte, to compose), or auto: a PNG where the result has transparency, else a JPEG. A JPEG of a cut-out without a background is on white."),
+    ("bg_color", "A colour behind the subject: hex with or without # (81d4fa, fff, 81d4fa80 with alpha) or a CSS colour name (green). Not with bg_image_file."),
+    ("bg_image_file", "An image behind the subject, a second file part (JPG, PNG or WEBP; the whole body stays within its limit): scaled to cover the result and cut to it, centred, never stretched."),
+    ("crop", "true: the result is cut to the subject's box (its pixels at least 3% opaque)."),
+    ("crop_margin", "With crop=true, room around the subject: 1, 2 or 4 lengths in CSS order (top, right, bottom, left), in px or % of the subject's size, at most 500px or 50% a side; past the photo it is transparent."),
+    ("roi", "x1 y1 x2 y2 in px of the uploaded photo or % of its size: only what lies inside can be the subject."),
+    ("scale", "original (the default) or 10% to 100%: the subject fitted into that share of the result, aspect kept, centred unless position says otherwise."),
+    ("position", "original (the default), center, or one or two percentages (horizontal, vertical): where the subject goes in the room the result leaves beside it, 0% left or top, 100% right or bottom."),
+];
+
 /// Options remove.bg documents that this appliance does not offer, with
 /// the values that ask for what it does anyway (remove.bg's defaults, which
 /// its clients often send): those are taken, any other value is refused by
-/// name, never served as if it were not there.
+/// name, never served as if it were not there. No URL is fetched: an
+/// appliance that fetches what a client names is a way into the LAN.
 pub const REMOVE_BG_OPTIONS: &[(&str, &[&str])] = &[
-    ("format", &["auto", "png"]),
-    ("bg_color", &[""]),
-    ("crop", &["false"]),
-    ("crop_margin", &["0", "0px", "0%"]),
-    ("roi", &["0% 0% 100% 100%"]),
-    ("scale", &["original"]),
-    ("position", &["original"]),
     ("semitransparency", &["true"]),
     ("add_shadow", &["false"]),
     ("shadow_type", &[]),
     ("shadow_opacity", &[]),
     ("image_url", &[]),
-    ("bg_image_file", &[]),
     ("bg_image_url", &[]),
 ];
 

@@ -37,6 +37,10 @@ pub enum ApiError {
     InvalidType,
     #[error("invalid channels")]
     InvalidChannels,
+    /// One of remove.bg's output options (`format`, `crop`, ...) at a value
+    /// it does not take; `why` says what it takes.
+    #[error("invalid {}: {why}", field.name())]
+    InvalidOption { field: OptionField, why: String },
     #[error("invalid image: {0}")]
     InvalidImage(String),
     #[error("image too large: {width}x{height}")]
@@ -65,6 +69,56 @@ pub enum ApiError {
     Internal(#[source] anyhow::Error),
 }
 
+/// remove.bg's output options, each with its own error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionField {
+    Format,
+    BgColor,
+    BgImageFile,
+    Crop,
+    CropMargin,
+    Roi,
+    Scale,
+    Position,
+}
+
+impl OptionField {
+    pub const ALL: [OptionField; 8] = [
+        OptionField::Format,
+        OptionField::BgColor,
+        OptionField::BgImageFile,
+        OptionField::Crop,
+        OptionField::CropMargin,
+        OptionField::Roi,
+        OptionField::Scale,
+        OptionField::Position,
+    ];
+
+    /// The form field's name.
+    pub fn name(self) -> &'static str {
+        self.describe().0
+    }
+
+    fn describe(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            OptionField::Format => ("format", "invalid_format", "Invalid format"),
+            OptionField::BgColor => ("bg_color", "invalid_bg_color", "Invalid bg_color"),
+            OptionField::BgImageFile => (
+                "bg_image_file",
+                "invalid_bg_image_file",
+                "Invalid bg_image_file",
+            ),
+            OptionField::Crop => ("crop", "invalid_crop", "Invalid crop"),
+            OptionField::CropMargin => {
+                ("crop_margin", "invalid_crop_margin", "Invalid crop_margin")
+            }
+            OptionField::Roi => ("roi", "invalid_roi", "Invalid roi"),
+            OptionField::Scale => ("scale", "invalid_scale", "Invalid scale"),
+            OptionField::Position => ("position", "invalid_position", "Invalid position"),
+        }
+    }
+}
+
 /// One row of the error table that the API docs page and the OpenAPI
 /// document are made from.
 pub struct Documented {
@@ -80,10 +134,18 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part; the detail names a file part sent under another name (file, image, photo)." },
     Documented { status: 400, code: "unknown_field", title: "Unknown field", when: "The form has a field this API does not know; the detail names it." },
     Documented { status: 400, code: "invalid_image_file_b64", title: "Invalid image_file_b64", when: "image_file_b64 is not standard base64 (a data: URL's head and line breaks are allowed)." },
-    Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "The form has a remove.bg option at a value this appliance does not offer; it takes each one's default (format=png or auto, crop=false, add_shadow=false, ...). The detail names it." },
+    Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "The form has a remove.bg option this appliance does not offer (image_url, bg_image_url, shadow_type, shadow_opacity), or one at a value other than its default (add_shadow=false, semitransparency=true). The detail names it." },
     Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full, nor one of remove.bg's names (small, regular, medium, hd, 4k, 50MP)." },
     Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general, nor one of remove.bg's (product, car)." },
     Documented { status: 400, code: "invalid_channels", title: "Invalid channels", when: "channels is not rgba or alpha." },
+    Documented { status: 400, code: "invalid_format", title: "Invalid format", when: "format is not auto, png, jpg, webp or zip; or zip with channels=alpha; or the result is wider or taller than the format holds (JPEG 65535, WEBP 16383 pixels)." },
+    Documented { status: 400, code: "invalid_bg_color", title: "Invalid bg_color", when: "bg_color is not a hex colour (81d4fa, fff, #81d4fa80) or a CSS colour name; or it comes with bg_image_file or channels=alpha." },
+    Documented { status: 400, code: "invalid_bg_image_file", title: "Invalid bg_image_file", when: "bg_image_file is not a JPEG, PNG or WEBP that decodes within the photo's limits; or it comes with channels=alpha." },
+    Documented { status: 400, code: "invalid_crop", title: "Invalid crop", when: "crop is not true or false." },
+    Documented { status: 400, code: "invalid_crop_margin", title: "Invalid crop_margin", when: "crop_margin is not 1, 2 or 4 lengths (30px, 10%) of at most 500px or 50%; or is not 0 without crop=true." },
+    Documented { status: 400, code: "invalid_roi", title: "Invalid roi", when: "roi is not four lengths x1 y1 x2 y2 (px or %) with x1 < x2 and y1 < y2." },
+    Documented { status: 400, code: "invalid_scale", title: "Invalid scale", when: "scale is not original or a percentage from 10% to 100%." },
+    Documented { status: 400, code: "invalid_position", title: "Invalid position", when: "position is not original, center, or one or two percentages from 0% to 100%." },
     Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
     Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels." },
     Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
@@ -128,6 +190,10 @@ impl ApiError {
             InvalidSize => (400, "invalid_size", "Invalid size"),
             InvalidType => (400, "invalid_type", "Invalid type"),
             InvalidChannels => (400, "invalid_channels", "Invalid channels"),
+            InvalidOption { field, .. } => {
+                let (_, code, title) = field.describe();
+                (400, code, title)
+            }
             InvalidImage(_) => (400, "invalid_image", "Invalid image"),
             ImageTooLarge { .. } => (400, "image_too_large", "Image too large"),
             ResolutionTooHigh { .. } => (400, "resolution_too_high", "Resolution too high"),
@@ -181,7 +247,7 @@ impl ApiError {
             ),
             InvalidImageFileB64(why) => format!("image_file_b64 is not standard base64: {why}."),
             UnknownField(name) => format!(
-                "The form has a field named {name:?}, which this API does not know; it takes image_file, size and type."
+                "The form has a field named {name:?}, which this API does not know; the fields it takes are in /docs."
             ),
             UnsupportedOption { name, offered: [], .. } => format!(
                 "{name} is a remove.bg option this appliance does not offer; send the request without it."
@@ -192,6 +258,7 @@ impl ApiError {
             ),
             InvalidSize => "size must be one of auto, preview, full (or remove.bg's small, regular, medium, hd, 4k, 50MP).".into(),
             InvalidChannels => "channels must be rgba (the cut-out) or alpha (its matte alone, in grey).".into(),
+            InvalidOption { field, why } => format!("{}: {why}.", field.name()),
             InvalidType => "type must be one of auto, person, general (or remove.bg's product, car).".into(),
             InvalidImage(why) => format!("The image could not be decoded: {why}."),
             ImageTooLarge { width, height } => {
@@ -231,41 +298,48 @@ mod tests {
     /// One of every error `POST /api/remove-bg` can answer.
     fn remove_bg_errors() -> Vec<ApiError> {
         use ApiError::*;
-        vec![
-            MissingApiKey,
-            InvalidApiKey,
-            PlanNotAllowed,
-            AccountSuspended,
-            QuotaExceeded { limit: 1 },
-            TooManyConcurrentRequests { limit: 1 },
-            MissingImageFile { found: None },
-            UnknownField("x".into()),
-            InvalidImageFileB64("x".into()),
-            UnsupportedOption {
-                name: "x",
-                value: "y".into(),
-                offered: &[],
-            },
-            InvalidSize,
-            InvalidType,
-            InvalidChannels,
-            InvalidImage("x".into()),
-            ImageTooLarge {
-                width: 1,
-                height: 1,
-            },
-            ResolutionTooHigh {
-                width: 1,
-                height: 1,
-            },
-            InvalidRequest("x".into()),
-            RequestTimeout,
-            HeaderTooLarge,
-            FileTooLarge,
-            UnsupportedImageFormat,
-            Unavailable("x".into()),
-            Internal(anyhow::anyhow!("x")),
-        ]
+        let options = OptionField::ALL.map(|field| InvalidOption {
+            field,
+            why: "x".into(),
+        });
+        options
+            .into_iter()
+            .chain([
+                MissingApiKey,
+                InvalidApiKey,
+                PlanNotAllowed,
+                AccountSuspended,
+                QuotaExceeded { limit: 1 },
+                TooManyConcurrentRequests { limit: 1 },
+                MissingImageFile { found: None },
+                UnknownField("x".into()),
+                InvalidImageFileB64("x".into()),
+                UnsupportedOption {
+                    name: "x",
+                    value: "y".into(),
+                    offered: &[],
+                },
+                InvalidSize,
+                InvalidType,
+                InvalidChannels,
+                InvalidImage("x".into()),
+                ImageTooLarge {
+                    width: 1,
+                    height: 1,
+                },
+                ResolutionTooHigh {
+                    width: 1,
+                    height: 1,
+                },
+                InvalidRequest("x".into()),
+                RequestTimeout,
+                HeaderTooLarge,
+                FileTooLarge,
+                UnsupportedImageFormat,
+                Unavailable("x".into()),
+                Internal(anyhow::anyhow!("x")),
+            ])
+            .collect()
     }
 
     #[test]

@@ -2,22 +2,24 @@
 //! in the alpha channel, encode. The API and `cutout remove` share it, and
 //! its work queue is the server-wide back-pressure.
 
-use crate::domain::{Channels, SizeMode, SubjectType};
+use crate::domain::{SizeMode, SubjectType};
 use crate::engine::preprocess::{apply_levels, matte_from_output, placement, to_tensor};
 pub use crate::engine::Models;
 use crate::engine::{
     self, Blend, EngineChoice, EngineKind, InferError, Inference, InputSpec, ModelSpec,
     OnnxRuntimeTrial, Readiness,
 };
-use crate::error::ApiError;
-use crate::imaging::{self, DecodeError, GeometryError};
+use crate::error::{ApiError, OptionField};
+use crate::imaging::{self, Background, DecodeError, Finish, FinishError, GeometryError};
 use image::DynamicImage;
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 pub struct CutOut {
-    pub png: Vec<u8>,
+    /// The file: a PNG unless `finish` asked for another format.
+    pub bytes: Vec<u8>,
+    pub media_type: &'static str,
     /// Where the subject is in it; `None` if nothing was kept.
     pub foreground: Option<imaging::Foreground>,
     pub width: u32,
@@ -300,16 +302,20 @@ impl Pipeline {
         (far_surer && agree > AGREE_OVER).then_some((person, input, matte))
     }
 
-    /// Cuts out `bytes`, read while holding `ticket`, with `subject`'s model.
+    /// Cuts out `bytes`, read while holding `ticket`, with `subject`'s
+    /// model, and makes the file `finish` asks for.
     pub fn cut_out(
         &self,
         mut ticket: Ticket<'_>,
         bytes: &[u8],
         size: SizeMode,
         subject: SubjectType,
-        channels: Channels,
+        finish: &Finish,
     ) -> Result<CutOut, ApiError> {
         imaging::format_of(bytes)?;
+        if let Some(Background::Image(file)) = &finish.background {
+            imaging::format_of(file).map_err(background_error)?;
+        }
         let mut watch = Stopwatch::start();
         ticket.wait_for_turn();
         watch.lap("queue");
@@ -364,14 +370,37 @@ impl Pipeline {
             self.spare_pixels.give(original);
             resized
         };
-        let (png, foreground) = imaging::cut_out_png(&kept, &model_input, &small_matte, channels);
-        watch.lap("compose");
+        let finished = if finish.is_plain() {
+            let (png, foreground) =
+                imaging::cut_out_png(&kept, &model_input, &small_matte, finish.channels);
+            watch.lap("compose");
+            imaging::Finished {
+                bytes: png,
+                media_type: "image/png",
+                width: out_w,
+                height: out_h,
+                foreground,
+            }
+        } else {
+            let cut = imaging::cut_out_image(&kept, &model_input, &small_matte);
+            watch.lap("compose");
+            let finished = imaging::finish(cut, (w, h), finish).map_err(|e| match e {
+                FinishError::TooLarge { format, most } => ApiError::InvalidOption {
+                    field: OptionField::Format,
+                    why: format!("a {format} is at most {most} pixels a side"),
+                },
+                FinishError::Background(e) => background_error(e),
+            })?;
+            watch.lap("finish");
+            finished
+        };
         self.spare_pixels.give(kept);
         Ok(CutOut {
-            png,
-            foreground,
-            width: out_w,
-            height: out_h,
+            bytes: finished.bytes,
+            media_type: finished.media_type,
+            foreground: finished.foreground,
+            width: finished.width,
+            height: finished.height,
             model: made_by,
             timings: watch.laps,
         })
@@ -501,6 +530,14 @@ fn agreement(first: &[u8], first_size: (u32, u32), second: &[u8], second_size: (
         either += u64::from(a.max(b));
     }
     both as f64 / either.max(1) as f64
+}
+
+/// A background image that cannot be used, named as such.
+fn background_error(e: DecodeError) -> ApiError {
+    ApiError::InvalidOption {
+        field: OptionField::BgImageFile,
+        why: e.to_string(),
+    }
 }
 
 impl From<DecodeError> for ApiError {
@@ -728,9 +765,9 @@ mod tests {
         let photo = black_png(400, 300);
         let ticket = pipeline.queue.join(photo.len() as u64).unwrap();
         let cut = pipeline
-            .cut_out(ticket, &photo, SizeMode::Auto, subject, Channels::Rgba)
+            .cut_out(ticket, &photo, SizeMode::Auto, subject, &Finish::default())
             .unwrap();
-        let png = image::load_from_memory(&cut.png).unwrap().to_rgba8();
+        let png = image::load_from_memory(&cut.bytes).unwrap().to_rgba8();
         let alpha =
             image::GrayImage::from_fn(400, 300, |x, y| image::Luma([png.get_pixel(x, y)[3]]));
         let laps = cut.timings.iter().map(|(name, _)| *name).collect();

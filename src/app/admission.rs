@@ -9,8 +9,9 @@
 //! and its ticket, and costs nothing.
 
 use super::AppState;
-use crate::domain::{Channels, Month, SizeMode, SubjectType};
+use crate::domain::{Month, SizeMode, SubjectType};
 use crate::error::ApiError;
+use crate::imaging::Finish;
 use crate::pipeline::{CutOut, Ticket};
 use crate::store::{Caller, Refusal, Slot};
 
@@ -91,12 +92,12 @@ impl Admission<'_> {
         image: &[u8],
         size: SizeMode,
         subject: SubjectType,
-        channels: Channels,
+        finish: &Finish,
     ) -> Result<Charged, ApiError> {
         let state = self.state;
         let cut = state
             .pipeline
-            .cut_out(self.ticket, image, size, subject, channels)?;
+            .cut_out(self.ticket, image, size, subject, finish)?;
         let now = state.clock.now_unix();
         let month = Month::of_unix(now);
         let used = state

@@ -15,7 +15,9 @@ pub struct TryResult {
     pub serial: u64,
     pub original: Vec<u8>,
     pub original_type: &'static str,
-    pub png: Vec<u8>,
+    /// The cut-out's file and its media type.
+    pub result: Vec<u8>,
+    pub result_type: &'static str,
     pub width: u32,
     pub height: u32,
     pub at: i64,
@@ -23,7 +25,7 @@ pub struct TryResult {
 
 impl TryResult {
     fn bytes(&self) -> usize {
-        self.original.len() + self.png.len()
+        self.original.len() + self.result.len()
     }
 }
 
@@ -82,7 +84,8 @@ mod tests {
             serial: 0,
             original: vec![0; bytes],
             original_type: "image/png",
-            png: vec![],
+            result: vec![],
+            result_type: "image/png",
             width: 1,
             height: 1,
             at,

@@ -86,11 +86,21 @@ pub fn revoke_confirm(csrf: &str, account: &str, key: &KeyRecord) -> Markup {
 }
 
 /// A finished try: the images are served from `/try/original` and
-/// `/try/result.png`; `serial` makes each try's URLs new.
+/// `/try/result`; `serial` makes each try's URLs new.
 pub struct TryView {
     pub serial: u64,
     pub width: u32,
     pub height: u32,
+    pub media_type: &'static str,
+}
+
+/// The name a downloaded result is saved under.
+pub fn result_file_name(media_type: &str) -> &'static str {
+    match media_type {
+        "image/jpeg" => "cutout.jpg",
+        "image/webp" => "cutout.webp",
+        _ => "cutout.png",
+    }
 }
 
 pub fn try_page(
@@ -129,6 +139,19 @@ pub fn try_page(
                 option value="person" { "person: MODNet, soft hair edges" }
                 option value="general" { "general: IS-Net, any object" }
             }
+            label for="bg_color" { "Background colour" }
+            input #bg_color type="text" name="bg_color" placeholder="none: transparent; or white, #00ff00, 81d4fa"
+                maxlength="32" autocomplete="off";
+            label for="crop" {
+                input #crop type="checkbox" name="crop" value="true";
+                " Crop to the subject"
+            }
+            label for="format" { "Format" }
+            select #format name="format" {
+                option value="png" selected { "PNG: transparency kept" }
+                option value="jpg" { "JPEG: smaller, on white where nothing is behind" }
+                option value="webp" { "WEBP: lossless, transparency kept" }
+            }
             (field_error("try-error", error))
             button type="submit" { "Remove background" }
         }
@@ -142,12 +165,13 @@ pub fn try_page(
                     }
                     figure {
                         div.checker {
-                            img #cutout src={ "/try/result.png?n=" (result.serial) } alt="The cut-out with a transparent background";
+                            img #cutout src={ "/try/result?n=" (result.serial) } alt="The cut-out";
                         }
                         figcaption { "Cut-out, " (result.width) "×" (result.height) }
                     }
                 }
-                a.button href={ "/try/result.png?download=1&n=" (result.serial) } download="cutout.png" { "Download PNG" }
+                @let name = result_file_name(result.media_type);
+                a.button href={ "/try/result?download=1&n=" (result.serial) } download=(name) { "Download " (name) }
             }
         }
     };

@@ -2,7 +2,7 @@
 //! with the reader's own key prefix filled in.
 
 use super::{page, Nav};
-use crate::domain::REMOVE_BG_OPTIONS;
+use crate::domain::{OUTPUT_OPTIONS, REMOVE_BG_OPTIONS};
 use crate::error::REMOVE_BG_ERRORS;
 use maud::{html, Markup};
 
@@ -67,10 +67,13 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                                 }
                             }
                         }
+                        @for (name, takes) in OUTPUT_OPTIONS {
+                            tr { td { "form field" } td { code { (name) } } td { "Optional. " (takes) } }
+                        }
                         tr {
                             td { "form fields" } td { "remove.bg's options" }
                             td {
-                                "Optional. Taken at the values that ask for what the appliance does anyway (remove.bg's defaults, which its clients often send); any other value is refused with " code { "unsupported_option" } ", never ignored. A field this API does not know is refused with " code { "unknown_field" } "."
+                                "Optional. Not offered, but taken at the values that ask for what the appliance does anyway (remove.bg's defaults, which its clients often send); any other value is refused with " code { "unsupported_option" } ", never ignored. A bad value of an option above is refused with a code that names it (" code { "invalid_crop_margin" } "). A field this API does not know is refused with " code { "unknown_field" } "."
                                 ul {
                                     @for (name, offered) in REMOVE_BG_OPTIONS {
                                         li {
@@ -91,13 +94,13 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
         }
         section {
             h2 { "Response" }
-            p { code { "200" } " with the PNG as the body, and these headers:" }
+            p { code { "200" } " with the PNG (or the file " code { "format" } " asks for) as the body, and these headers:" }
             ul {
-                li { code { "X-Width" } ", " code { "X-Height" } ": the cut-out's size in pixels." }
+                li { code { "X-Width" } ", " code { "X-Height" } ": the result's size in pixels." }
                 li { code { "X-Model" } ": the model that made the matte (" code { "modnet" } " where " code { "auto" } " kept MODNet's second opinion)." }
                 li { code { "X-RateLimit-Limit" } ", " code { "X-RateLimit-Remaining" } ", " code { "X-RateLimit-Reset" } " (Unix time): on plans with a monthly limit." }
                 li { code { "X-Type" } ": remove.bg's kind of subject: the " code { "type" } " asked for where it names one (person, product, car), else " code { "other" } "." }
-                li { code { "X-Foreground-Top" } ", " code { "-Left" } ", " code { "-Width" } ", " code { "-Height" } ": the box of the subject's visible pixels; " code { "X-Credits-Charged" } ": 1." }
+                li { code { "X-Foreground-Top" } ", " code { "-Left" } ", " code { "-Width" } ", " code { "-Height" } ": the box of the subject's pixels at least 3% opaque, in the result; " code { "X-Credits-Charged" } ": 1." }
                 li { code { "Server-Timing" } ": milliseconds spent on each step: " code { "queue" } ", " code { "decode" } ", " code { "prepare" } ", " code { "model" } ", " code { "compose" } " (the matte at full size, the cut-out and its PNG, made together); " code { "second-prepare" } " and " code { "second-model" } " where a second opinion was asked." }
             }
             p { "With " code { "Accept: application/json" } ", the body is remove.bg's JSON answer instead: " code { "{\"data\": {\"result_b64\": …, \"foreground_top\": …, \"foreground_left\": …, \"foreground_width\": …, \"foreground_height\": …}}" } ", the PNG in base64." }

@@ -8,7 +8,7 @@ mod admin;
 mod docs;
 pub mod openapi;
 
-pub use account::{account_home, revoke_confirm, try_page, KeyNotice, TryView};
+pub use account::{account_home, result_file_name, revoke_confirm, try_page, KeyNotice, TryView};
 pub use admin::{admin_account, admin_accounts, status_page, AccountForms, NewAccount, StatusView};
 pub use docs::docs_page;
 

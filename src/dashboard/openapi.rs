@@ -1,7 +1,7 @@
 //! The API contract as an OpenAPI 3.1 document, made from the same error
 //! table as the docs page, so the two cannot disagree.
 
-use crate::domain::REMOVE_BG_OPTIONS;
+use crate::domain::{OUTPUT_OPTIONS, REMOVE_BG_OPTIONS};
 use crate::error::{MAX_IMAGE_BYTES, REMOVE_BG_ERRORS};
 use serde_json::{json, Map, Value};
 
@@ -10,13 +10,13 @@ pub fn document(version: &str) -> Value {
     responses.insert(
         "200".into(),
         json!({
-            "description": "The cut-out: a PNG with a transparent background.",
+            "description": "The cut-out: a PNG with a transparent background (or what format, bg_color and the other output options ask for).",
             "headers": {
-                "X-Width": { "schema": { "type": "integer" }, "description": "Width of the cut-out in pixels." },
-                "X-Height": { "schema": { "type": "integer" }, "description": "Height of the cut-out in pixels." },
+                "X-Width": { "schema": { "type": "integer" }, "description": "Width of the result in pixels." },
+                "X-Height": { "schema": { "type": "integer" }, "description": "Height of the result in pixels." },
                 "X-Model": { "schema": { "type": "string" }, "description": "The model that made the matte: isnet, isnet-int8, modnet or u2netp (with type=auto, modnet where IS-Net was unsure and MODNet's second opinion was kept)." },
                 "X-Credits-Charged": { "schema": { "type": "integer" }, "description": "Images this call counted: 1." },
-                "X-Foreground-Top": { "schema": { "type": "integer" }, "description": "The box of the subject's visible pixels (absent when none is): its top row." },
+                "X-Foreground-Top": { "schema": { "type": "integer" }, "description": "The box of the subject's pixels at least 3% opaque, in the result (absent when there are none): its top row." },
                 "X-Foreground-Left": { "schema": { "type": "integer" }, "description": "The box's left column." },
                 "X-Foreground-Width": { "schema": { "type": "integer" }, "description": "The box's width." },
                 "X-Foreground-Height": { "schema": { "type": "integer" }, "description": "The box's height." },
@@ -28,8 +28,11 @@ pub fn document(version: &str) -> Value {
             },
             "content": {
                 "image/png": { "schema": { "type": "string", "contentMediaType": "image/png" } },
+                "image/jpeg": { "schema": { "type": "string", "contentMediaType": "image/jpeg" } },
+                "image/webp": { "schema": { "type": "string", "contentMediaType": "image/webp" } },
+                "application/zip": { "schema": { "type": "string", "contentMediaType": "application/zip" } },
                 "application/json": { "schema": { "type": "object", "description": "With Accept: application/json, remove.bg's answer.", "properties": { "data": { "type": "object", "properties": {
-                    "result_b64": { "type": "string", "contentEncoding": "base64", "contentMediaType": "image/png" },
+                    "result_b64": { "type": "string", "contentEncoding": "base64", "description": "The file the answer would have been (a PNG unless format asks for another)." },
                     "foreground_top": { "type": "integer" }, "foreground_left": { "type": "integer" },
                     "foreground_width": { "type": "integer" }, "foreground_height": { "type": "integer" } } } } } }
             }
@@ -82,6 +85,14 @@ pub fn document(version: &str) -> Value {
         "type": { "type": "string", "enum": ["auto", "person", "general", "product", "car"], "default": "auto",
             "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object). remove.bg's product and car: IS-Net, as general." }
     });
+    for (name, takes) in OUTPUT_OPTIONS {
+        properties[name] = match *name {
+            "bg_image_file" => {
+                json!({ "type": "string", "contentMediaType": "application/octet-stream", "description": takes })
+            }
+            _ => json!({ "type": "string", "description": takes }),
+        };
+    }
     for (name, offered) in REMOVE_BG_OPTIONS
         .iter()
         .filter(|(_, offered)| !offered.is_empty())
@@ -95,6 +106,10 @@ pub fn document(version: &str) -> Value {
         .as_object_mut()
         .expect("an object")
         .remove("image_file");
+    encoded
+        .as_object_mut()
+        .expect("an object")
+        .remove("bg_image_file");
     encoded["image_file_b64"] = json!({ "type": "string", "contentEncoding": "base64",
         "description": format!("The image (JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes decoded) in standard base64; a data: URL's head and line breaks are allowed.") });
     let encoded =
@@ -108,7 +123,10 @@ pub fn document(version: &str) -> Value {
                     "type": "object",
                     "properties": properties.clone()
                 },
-                "encoding": { "image_file": { "contentType": "image/jpeg, image/png, image/webp" } }
+                "encoding": {
+                    "image_file": { "contentType": "image/jpeg, image/png, image/webp" },
+                    "bg_image_file": { "contentType": "image/jpeg, image/png, image/webp" }
+                }
             },
             "application/x-www-form-urlencoded": { "schema": encoded.clone() },
             "application/json": { "schema": encoded.clone() } } },

@@ -4,6 +4,7 @@
 //! the same steps with a signed-in user instead of a key.
 
 use super::form::{read_form, Form, MAX_BODY_BYTES};
+pub use super::options::parse_finish;
 use super::respond::{self, header, Body};
 use super::session::header_value;
 use crate::app::{Admission, AppState, Upload};
@@ -50,10 +51,11 @@ fn handle(
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
     let channels = parse_channels(form.channels.as_deref())?;
+    let finish = parse_finish(&mut form, channels)?;
     let x_type = foreground_type(form.subject.as_deref());
     let image = form.take_image()?;
     let wants_json = wants_json(request);
-    let done = admission.cut_out_and_charge(&caller, &image, size, subject, channels)?;
+    let done = admission.cut_out_and_charge(&caller, &image, size, subject, &finish)?;
 
     let foreground = done.cut.foreground;
     let body = if wants_json {
@@ -65,7 +67,7 @@ fn handle(
             height: 0,
         });
         let json = serde_json::json!({ "data": {
-            "result_b64": base64::engine::general_purpose::STANDARD.encode(&done.cut.png),
+            "result_b64": base64::engine::general_purpose::STANDARD.encode(&done.cut.bytes),
             "foreground_top": box_.top,
             "foreground_left": box_.left,
             "foreground_width": box_.width,
@@ -73,7 +75,7 @@ fn handle(
         } });
         (json.to_string().into_bytes(), "application/json")
     } else {
-        (done.cut.png, "image/png")
+        (done.cut.bytes, done.cut.media_type)
     };
     // Content-Length rather than chunked: clients saving a file like to know its size.
     let mut response = tiny_http::Response::from_data(body.0)

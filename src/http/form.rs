@@ -34,6 +34,16 @@ pub struct Form {
     pub subject: Option<String>,
     /// remove.bg's `channels`: `rgba` or `alpha`.
     pub channels: Option<String>,
+    /// remove.bg's output options, as sent (`http::options` reads them).
+    pub format: Option<String>,
+    pub bg_color: Option<String>,
+    pub crop: Option<String>,
+    pub crop_margin: Option<String>,
+    pub roi: Option<String>,
+    pub scale: Option<String>,
+    pub position: Option<String>,
+    /// The image to put behind the subject, a second file part.
+    pub bg_image_file: Option<Vec<u8>>,
     /// The dashboard's Try it form carries its CSRF token here.
     pub csrf: Option<String>,
     /// The first file part under another name than image_file (`file`,
@@ -56,10 +66,26 @@ impl Form {
     /// Whether `name` is a text field this API reads (as some clients send
     /// them, possibly as a file part).
     fn knows(name: &str) -> bool {
-        matches!(
-            name,
-            "size" | "type" | "channels" | "csrf" | "image_file_b64"
-        ) || remove_bg_option(name).is_some()
+        Form::default().field(name).is_some() || remove_bg_option(name).is_some()
+    }
+
+    /// Where the text field `name` is kept.
+    fn field(&mut self, name: &str) -> Option<&mut Option<String>> {
+        Some(match name {
+            "size" => &mut self.size,
+            "type" => &mut self.subject,
+            "channels" => &mut self.channels,
+            "format" => &mut self.format,
+            "bg_color" => &mut self.bg_color,
+            "crop" => &mut self.crop,
+            "crop_margin" => &mut self.crop_margin,
+            "roi" => &mut self.roi,
+            "scale" => &mut self.scale,
+            "position" => &mut self.position,
+            "csrf" => &mut self.csrf,
+            "image_file_b64" => &mut self.image_file_b64,
+            _ => return None,
+        })
     }
 
     /// A text field by name: one this API knows, or one of remove.bg's
@@ -81,23 +107,20 @@ impl Form {
                 "the {name} field is over {MAX_FIELD_BYTES} bytes"
             )));
         }
-        match name {
-            "size" => self.size = Some(value),
-            "type" => self.subject = Some(value),
-            "channels" => self.channels = Some(value),
-            "csrf" => self.csrf = Some(value),
-            "image_file_b64" => self.image_file_b64 = Some(value),
-            "image_file" => {
-                return Err(ApiError::InvalidRequest(
-                    "image_file must be a file part of a multipart form; send the image in base64 as image_file_b64".into(),
-                ))
-            }
-            name => {
-                let name = name.chars().take(MAX_NAME_SHOWN).collect();
-                return Err(ApiError::UnknownField(name));
-            }
+        if let Some(field) = self.field(name) {
+            *field = Some(value);
+            return Ok(());
         }
-        Ok(())
+        Err(match name {
+            "image_file" | "bg_image_file" => ApiError::InvalidRequest(format!(
+                "{name} must be a file part of a multipart form{}",
+                match name {
+                    "image_file" => "; send the image in base64 as image_file_b64",
+                    _ => "",
+                }
+            )),
+            name => ApiError::UnknownField(name.chars().take(MAX_NAME_SHOWN).collect()),
+        })
     }
 
     /// `image_file_b64` decoded into `image_file`: one of the two, never both.
@@ -291,8 +314,8 @@ fn read_chunk(body: &mut impl Read) -> Feed {
 async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Form, ApiError> {
     let mut form = Form::default();
     while let Some(mut field) = multipart.next_field().await.map_err(from_multer)? {
-        // An option offered at no value (bg_image_file among them) is
-        // refused before its part is read.
+        // An option offered at no value (image_url among them) is refused
+        // before its part is read.
         if let Some((name, offered @ [])) = field.name().and_then(remove_bg_option) {
             return Err(ApiError::UnsupportedOption {
                 name,
@@ -300,14 +323,19 @@ async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Fo
                 offered,
             });
         }
-        match field.name() {
-            Some("image_file") => {
-                if form.image_file.is_some() {
-                    return Err(ApiError::InvalidRequest(
-                        "the form has more than one image_file part".into(),
-                    ));
+        let name = field.name().map(str::to_owned);
+        match name.as_deref() {
+            Some(name @ ("image_file" | "bg_image_file")) => {
+                let (part, capacity) = match name {
+                    "image_file" => (&mut form.image_file, image_capacity),
+                    _ => (&mut form.bg_image_file, 0),
+                };
+                if part.is_some() {
+                    return Err(ApiError::InvalidRequest(format!(
+                        "the form has more than one {name} part"
+                    )));
                 }
-                form.image_file = Some(all_of(&mut field, image_capacity).await?);
+                *part = Some(all_of(&mut field, capacity).await?);
             }
             name if field.file_name().is_some() && !name.is_some_and(Form::knows) => {
                 let name: String = name.unwrap_or("").chars().take(MAX_NAME_SHOWN).collect();

@@ -7,6 +7,7 @@ mod dashboard;
 pub mod form;
 mod gate;
 mod metrics;
+mod options;
 mod respond;
 mod session;
 

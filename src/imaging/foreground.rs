@@ -176,7 +176,7 @@ mod tests {
         let (photo, matte) = red_on_blue(800, 40);
         let rgb = photo.as_rgb8().unwrap().as_raw();
         let mut cut = RgbaImage::new(800, 40);
-        super::super::cut_out_row::<3>(&matte, rgb, &mut cut);
+        super::super::cut_out_row::<3, false>(&matte, rgb, &mut cut);
         let before = cut.clone();
         let small = crate::imaging::resize(&photo, 400, 20);
         let small_matte = crate::imaging::resize_gray(&matte, (800, 40), (400, 20));

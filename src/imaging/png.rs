@@ -38,12 +38,22 @@ pub fn rows_a_band(width: u32) -> usize {
 
 fn encode_image(image: &RgbaImage, rows_a_band: usize) -> Vec<u8> {
     let (width, height) = image.dimensions();
-    let row_bytes = width as usize * 4;
-    encode_rows(width, height, Colour::Rgba, rows_a_band, |rows, band| {
+    encode_pixels(width, height, Colour::Rgba, image.as_raw(), rows_a_band)
+}
+
+/// A PNG of `pixels`, `width`×`height` of `colour`, row after row.
+pub fn encode_pixels(
+    width: u32,
+    height: u32,
+    colour: Colour,
+    pixels: &[u8],
+    rows_a_band: usize,
+) -> Vec<u8> {
+    let row_bytes = width as usize * colour.bytes();
+    assert_eq!(pixels.len(), row_bytes * height as usize);
+    encode_rows(width, height, colour, rows_a_band, |rows, band| {
         for row in rows {
-            band.push_with(|out| {
-                out.copy_from_slice(&image.as_raw()[row * row_bytes..][..row_bytes])
-            });
+            band.push_with(|out| out.copy_from_slice(&pixels[row * row_bytes..][..row_bytes]));
         }
     })
 }
@@ -53,6 +63,8 @@ fn encode_image(image: &RgbaImage, rows_a_band: usize) -> Vec<u8> {
 pub enum Colour {
     /// RGBA, 8 bits each.
     Rgba,
+    /// RGB, 8 bits each: an opaque image.
+    Rgb,
     /// One 8-bit grey value.
     Grey,
 }
@@ -61,6 +73,7 @@ impl Colour {
     fn bytes(self) -> usize {
         match self {
             Colour::Rgba => 4,
+            Colour::Rgb => 3,
             Colour::Grey => 1,
         }
     }
@@ -107,6 +120,7 @@ where
     // 8 bits a sample, RGBA or grey, deflate, adaptive filtering, not interlaced.
     let colour_type = match colour {
         Colour::Rgba => 6,
+        Colour::Rgb => 2,
         Colour::Grey => 0,
     };
     header.extend_from_slice(&[8, colour_type, 0, 0, 0]);

@@ -682,26 +682,49 @@ fn try_it_goes_through_the_pipeline_and_the_quota() {
     assert_eq!(app.used("booth"), 1);
     let page = user.get("/try").text();
     assert!(
-        page.contains("/try/result.png?n=") && page.contains("120×80"),
+        page.contains("/try/result?n=") && page.contains("120×80"),
         "{page}"
     );
-    let png = user.get("/try/result.png");
+    let png = user.get("/try/result");
     assert_eq!(png.header("content-type"), Some("image/png"));
     assert_eq!(png.png().dimensions(), (120, 80));
     assert_eq!(
         user.get("/try/original").header("content-type"),
         Some("image/jpeg")
     );
-    let download = user.get("/try/result.png?download=1");
-    assert!(download
-        .header("content-disposition")
-        .unwrap()
-        .starts_with("attachment"));
+    let download = user.get("/try/result?download=1");
     assert_eq!(
-        Browser::new(&app).get("/try/result.png").status,
+        download.header("content-disposition"),
+        Some("attachment; filename=\"cutout.png\"")
+    );
+    assert_eq!(
+        Browser::new(&app).get("/try/result").status,
         303,
         "not without a session"
     );
+
+    let mut styled = Multipart::new();
+    styled
+        .text("csrf", &csrf)
+        .file("image_file", &jpeg(120, 80))
+        .text("bg_color", "white")
+        .text("crop", "true")
+        .text("format", "jpg");
+    assert_eq!(user.post_multipart("/try", &styled).status, 303);
+    let jpeg_result = user.get("/try/result");
+    assert_eq!(jpeg_result.header("content-type"), Some("image/jpeg"));
+    let cropped = image::load_from_memory(&jpeg_result.body).unwrap();
+    assert!(
+        cropped.width() < 120 || cropped.height() < 80,
+        "cropped to the subject"
+    );
+    assert!(user.get("/try").text().contains("cutout.jpg"));
+    assert_eq!(
+        user.get("/try/result?download=1")
+            .header("content-disposition"),
+        Some("attachment; filename=\"cutout.jpg\"")
+    );
+    assert_eq!(app.used("booth"), 2);
 
     let mut bad = Multipart::new();
     bad.text("csrf", &csrf).file("image_file", b"not an image");

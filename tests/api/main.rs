@@ -16,6 +16,7 @@ mod limits;
 mod metrics;
 mod model;
 mod openapi;
+mod options;
 mod removebg;
 mod security;
 mod service;

@@ -66,6 +66,27 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
                 .file("image_file", &photo)
                 .text("colour", "red"),
         ),
+        "invalid_format"
+        | "invalid_bg_color"
+        | "invalid_crop"
+        | "invalid_crop_margin"
+        | "invalid_roi"
+        | "invalid_scale"
+        | "invalid_position" => {
+            let field = code.strip_prefix("invalid_").unwrap();
+            app.post_form(
+                k,
+                Multipart::new()
+                    .file("image_file", &photo)
+                    .text(field, "nonsense"),
+            )
+        }
+        "invalid_bg_image_file" => app.post_form(
+            k,
+            Multipart::new()
+                .file("image_file", &photo)
+                .file("bg_image_file", b"not an image"),
+        ),
         "unsupported_option" => app.post_form(
             k,
             Multipart::new()

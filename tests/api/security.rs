@@ -50,7 +50,10 @@ fn keys_are_never_written_in_clear_to_the_database_or_the_log() {
 
     let secrets = [&key[12..], &revoked[12..], &near_miss[12..]];
     for secret in secrets {
-        assert!(!log.contains(secret), "the log holds a key's secret part:\n{log}");
+        assert!(
+            !log.contains(secret),
+            "the log holds a key's secret part:\n{log}"
+        );
     }
     for file in files_under(data.path()) {
         let bytes = std::fs::read(&file).unwrap();

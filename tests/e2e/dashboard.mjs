@@ -184,11 +184,30 @@ try {
   assert.ok(size[0] > 0 && size[1] > 0, `the cut-out loads: ${size}`);
   assert.match(await text(), /498 left this month/);
   await shot("try-result");
-  const [download] = await Promise.all([page.waitForEvent("download"), page.click("text=Download PNG")]);
+  const [download] = await Promise.all([page.waitForEvent("download"), page.click("text=Download cutout.png")]);
   assert.equal(download.suggestedFilename(), "cutout.png");
   const saved = path.join(artifacts, "try-download.png");
   await download.saveAs(saved);
   assert.deepEqual([...readFileSync(saved).subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+  // The same photo on white, cropped to the subject, as a JPEG.
+  await page.setInputFiles("#image_file", { name: "photo.jpg", mimeType: "image/jpeg", buffer: photo });
+  await page.fill("#bg_color", "white");
+  await page.check("#crop");
+  await page.selectOption("#format", "jpg");
+  await shot("try-options");
+  await page.click("#try-form button[type=submit]");
+  await page.waitForSelector("text=Download cutout.jpg");
+  const cropped = await page.locator("#cutout").evaluate(async (img) => {
+    await img.decode();
+    return [img.naturalWidth, img.naturalHeight];
+  });
+  assert.ok(cropped[0] * cropped[1] < size[0] * size[1], `cropped: ${cropped} of ${size}`);
+  const [jpeg] = await Promise.all([page.waitForEvent("download"), page.click("text=Download cutout.jpg")]);
+  const savedJpeg = path.join(artifacts, "try-download.jpg");
+  await jpeg.saveAs(savedJpeg);
+  assert.deepEqual([...readFileSync(savedJpeg).subarray(0, 3)], [0xff, 0xd8, 0xff]);
+  assert.match(await text(), /497 left this month/);
 
   // A bad file is explained next to the form, and costs nothing.
   await page.setInputFiles("#image_file", { name: "notes.txt", mimeType: "image/jpeg", buffer: Buffer.from("not a photo") });
@@ -205,7 +224,7 @@ try {
 
   // Revoke the key, with confirmation; the API refuses it from then on.
   await page.goto(`${base}/account`);
-  assert.match(await text(), /2 of 500/);
+  assert.match(await text(), /3 of 500/);
   await page.click("text=Revoke");
   assert.match(await text(), /This cannot be undone/);
   await shot("revoke-confirm");
@@ -234,7 +253,7 @@ try {
   await page.fill("#password", adminPassword);
   await page.click("button[type=submit]");
   await page.waitForURL(`${base}/admin`);
-  assert.match(await page.locator("tbody tr").first().innerText(), /photo-booth\s+Pro\s+2\s+500/);
+  assert.match(await page.locator("tbody tr").first().innerText(), /photo-booth\s+Pro\s+3\s+500/);
   await shot("admin-accounts");
   await page.click("text=Status");
   assert.match(await text(), /u2netp/);

@@ -55,24 +55,26 @@ pub(super) fn user(
                     serial: r.serial,
                     width: r.width,
                     height: r.height,
+                    media_type: r.result_type,
                 });
             try_page(cx, &account, result.as_ref(), None, 200)
         }
         ("try", []) if post => try_it(cx, request, account),
-        ("try", [file @ ("original" | "result.png")]) if get => {
+        ("try", [file @ ("original" | "result")]) if get => {
             let download = query(request, "download").is_some();
             let tries = &state.dashboard.tries;
             tries
                 .with(&cx.auth.token_hash, now, |r| {
                     let (bytes, content_type) = match *file {
                         "original" => (&r.original, r.original_type),
-                        _ => (&r.png, "image/png"),
+                        _ => (&r.result, r.result_type),
                     };
                     let mut response = Response::from_data(bytes.clone())
                         .with_header(header("Content-Type", content_type))
                         .with_header(header("Cache-Control", "no-store"));
                     if download {
-                        let disposition = "attachment; filename=\"cutout.png\"";
+                        let name = crate::dashboard::result_file_name(r.result_type);
+                        let disposition = format!("attachment; filename=\"{name}\"");
                         response.add_header(header("Content-Disposition", disposition));
                     }
                     response

@@ -8,7 +8,7 @@ mod admin;
 mod sign_in;
 mod try_it;
 
-use super::api::{admit_and_read_form, parse_channels, parse_size, parse_subject};
+use super::api::{admit_and_read_form, parse_channels, parse_finish, parse_size, parse_subject};
 use super::form::Form;
 use super::respond::{header, Body};
 use super::session::{self, form_token, form_token_matches, header_value, Auth};

@@ -61,12 +61,14 @@ pub(super) fn cut_out_form(
     let image = form.take_image()?;
     let original_type = imaging::format_of(&image)?.to_mime_type();
     let channels = parse_channels(form.channels.as_deref())?;
-    let done = admission.cut_out_and_charge(caller, &image, size, subject, channels)?;
+    let finish = parse_finish(&mut form, channels)?;
+    let done = admission.cut_out_and_charge(caller, &image, size, subject, &finish)?;
     Ok(TryResult {
         serial: 0,
         original: image,
         original_type,
-        png: done.cut.png,
+        result: done.cut.bytes,
+        result_type: done.cut.media_type,
         width: done.cut.width,
         height: done.cut.height,
         at: cx.now,

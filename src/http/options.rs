@@ -1,0 +1,366 @@
+//! remove.bg's output options, from the form's text to `imaging::Finish`.
+//! Every value is checked here, before the photo waits its turn: a bad one
+//! costs the caller nothing, and its error names the field and what it takes.
+
+use super::form::Form;
+use crate::domain::Channels;
+use crate::error::{ApiError, OptionField};
+use crate::imaging::{Background, Finish, Format, Length, Margins, Placement, Position, Roi};
+
+/// The most margin a side may have (remove.bg's limits).
+const MAX_MARGIN_PX: f32 = 500.0;
+const MAX_MARGIN_PERCENT: f32 = 50.0;
+/// The smallest `scale`: a tenth of the canvas.
+const MIN_SCALE_PERCENT: f32 = 10.0;
+
+/// The form's output options; takes `bg_image_file` out of it.
+pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiError> {
+    let format = parse_format(form.format.as_deref())?;
+    let crop = parse_crop(form.crop.as_deref(), form.crop_margin.as_deref())?;
+    let roi = form.roi.as_deref().map(parse_roi).transpose()?.flatten();
+    let placement = parse_placement(form.scale.as_deref(), form.position.as_deref())?;
+    let colour = form
+        .bg_color
+        .as_deref()
+        .map(parse_colour)
+        .transpose()?
+        .flatten();
+    let background = match (colour, form.bg_image_file.take()) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                OptionField::BgColor,
+                "send bg_color or bg_image_file, not both",
+            ))
+        }
+        (Some(colour), None) => Some(Background::Colour(colour)),
+        (None, Some(file)) => Some(Background::Image(file)),
+        (None, None) => None,
+    };
+    if channels == Channels::Alpha {
+        let field = match (&background, format) {
+            (Some(Background::Colour(_)), _) => Some(OptionField::BgColor),
+            (Some(Background::Image(_)), _) => Some(OptionField::BgImageFile),
+            (None, Format::Zip) => Some(OptionField::Format),
+            (None, _) => None,
+        };
+        if let Some(field) = field {
+            return Err(invalid(
+                field,
+                "channels=alpha asks for the matte alone, which has no colours",
+            ));
+        }
+    }
+    Ok(Finish {
+        channels,
+        format,
+        roi,
+        crop,
+        placement,
+        background,
+    })
+}
+
+fn invalid(field: OptionField, why: impl Into<String>) -> ApiError {
+    ApiError::InvalidOption {
+        field,
+        why: why.into(),
+    }
+}
+
+fn parse_format(format: Option<&str>) -> Result<Format, ApiError> {
+    Ok(match format.map(str::trim) {
+        None | Some("png") => Format::Png,
+        Some("auto") => Format::Auto,
+        Some("jpg" | "jpeg") => Format::Jpg,
+        Some("webp") => Format::Webp,
+        Some("zip") => Format::Zip,
+        Some(_) => {
+            return Err(invalid(
+                OptionField::Format,
+                "it takes auto, png, jpg, webp or zip",
+            ))
+        }
+    })
+}
+
+/// `bg_color`: a hex colour with or without `#` (`81d4fa`, `fff`, with
+/// alpha `81d4fa80`) or a CSS colour; empty is none.
+fn parse_colour(text: &str) -> Result<Option<[u8; 4]>, ApiError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let bare_hex =
+        matches!(text.len(), 3 | 4 | 6 | 8) && text.bytes().all(|b| b.is_ascii_hexdigit());
+    let text = match bare_hex {
+        true => format!("#{text}"),
+        false => text.to_owned(),
+    };
+    csscolorparser::parse(&text)
+        .map(|colour| Some(colour.to_rgba8()))
+        .map_err(|_| {
+            invalid(
+                OptionField::BgColor,
+                "it takes a hex colour (81d4fa, fff, 81d4fa80) or a CSS colour name (green)",
+            )
+        })
+}
+
+/// `crop` and its `crop_margin`: `None` unless `crop=true`.
+fn parse_crop(crop: Option<&str>, margin: Option<&str>) -> Result<Option<Margins>, ApiError> {
+    let crop = match crop.map(str::trim) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(invalid(OptionField::Crop, "it takes true or false")),
+    };
+    let margins = margin.map(parse_margins).transpose()?;
+    let some_margin = margins.is_some_and(|m| {
+        [m.top, m.right, m.bottom, m.left]
+            .iter()
+            .any(|side| !matches!(side, Length::Px(0.0) | Length::Percent(0.0)))
+    });
+    if some_margin && !crop {
+        return Err(invalid(
+            OptionField::CropMargin,
+            "a margin goes around a crop: send crop=true with it",
+        ));
+    }
+    let none = Margins {
+        top: Length::Px(0.0),
+        right: Length::Px(0.0),
+        bottom: Length::Px(0.0),
+        left: Length::Px(0.0),
+    };
+    Ok(crop.then(|| margins.unwrap_or(none)))
+}
+
+/// 1, 2 (top and bottom, left and right) or 4 (top, right, bottom, left)
+/// lengths, CSS's order.
+fn parse_margins(text: &str) -> Result<Margins, ApiError> {
+    let bad = || {
+        invalid(
+            OptionField::CropMargin,
+            format!(
+                "it takes 1, 2 or 4 lengths such as 30px or 10%, each at most {MAX_MARGIN_PX}px or {MAX_MARGIN_PERCENT}%"
+            ),
+        )
+    };
+    let sides = text
+        .split_whitespace()
+        .map(|side| match parse_length(side) {
+            Some(Length::Px(n)) if n <= MAX_MARGIN_PX => Ok(Length::Px(n)),
+            Some(Length::Percent(p)) if p <= MAX_MARGIN_PERCENT => Ok(Length::Percent(p)),
+            _ => Err(bad()),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let [top, right, bottom, left] = match sides[..] {
+        [all] => [all; 4],
+        [vertical, horizontal] => [vertical, horizontal, vertical, horizontal],
+        [top, right, bottom, left] => [top, right, bottom, left],
+        _ => return Err(bad()),
+    };
+    Ok(Margins {
+        top,
+        right,
+        bottom,
+        left,
+    })
+}
+
+/// `x1 y1 x2 y2`; `None` for the whole photo, remove.bg's default.
+fn parse_roi(text: &str) -> Result<Option<Roi>, ApiError> {
+    let bad = |why: &str| invalid(OptionField::Roi, why);
+    let corners = text
+        .split_whitespace()
+        .map(|corner| match parse_length(corner) {
+            Some(Length::Percent(p)) if p > 100.0 => None,
+            other => other,
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            bad("each of x1 y1 x2 y2 is a length such as 120px or 30% (at most 100%)")
+        })?;
+    let [left, top, right, bottom] = corners[..] else {
+        return Err(bad("it takes four lengths: x1 y1 x2 y2"));
+    };
+    let before = |a: Length, b: Length| match (a, b) {
+        (Length::Px(a), Length::Px(b)) | (Length::Percent(a), Length::Percent(b)) => a < b,
+        _ => true,
+    };
+    if !before(left, right) || !before(top, bottom) {
+        return Err(bad("x1 must be left of x2 and y1 above y2"));
+    }
+    let whole = [left, top, right, bottom]
+        == [
+            Length::Percent(0.0),
+            Length::Percent(0.0),
+            Length::Percent(100.0),
+            Length::Percent(100.0),
+        ];
+    Ok((!whole).then_some(Roi {
+        left,
+        top,
+        right,
+        bottom,
+    }))
+}
+
+/// `scale` and `position`: `None` leaves the subject where and as it is.
+/// A scale without a position centres the subject, as remove.bg does.
+fn parse_placement(
+    scale: Option<&str>,
+    position: Option<&str>,
+) -> Result<Option<Placement>, ApiError> {
+    let scale = match scale.map(str::trim) {
+        None | Some("original") => None,
+        Some(text) => match parse_length(text) {
+            Some(Length::Percent(p)) if (MIN_SCALE_PERCENT..=100.0).contains(&p) => Some(p / 100.0),
+            _ => {
+                return Err(invalid(
+                    OptionField::Scale,
+                    format!("it takes original or a percentage from {MIN_SCALE_PERCENT}% to 100%"),
+                ))
+            }
+        },
+    };
+    let centre = Position::At { x: 0.5, y: 0.5 };
+    let position = match position.map(str::trim) {
+        None => None,
+        Some("original") => Some(Position::Original),
+        Some("center") => Some(centre),
+        Some(text) => {
+            let fraction = |part: &str| match parse_length(part) {
+                Some(Length::Percent(p)) if p <= 100.0 => Some(p / 100.0),
+                _ => None,
+            };
+            let parts: Vec<Option<f32>> = text.split_whitespace().map(fraction).collect();
+            let at = match parts[..] {
+                [Some(both)] => Some(Position::At { x: both, y: both }),
+                [Some(x), Some(y)] => Some(Position::At { x, y }),
+                _ => None,
+            };
+            Some(at.ok_or_else(|| {
+                invalid(
+                    OptionField::Position,
+                    "it takes original, center, or one or two percentages from 0% to 100% (horizontal, vertical)",
+                )
+            })?)
+        }
+    };
+    Ok(match (scale, position) {
+        (None, None | Some(Position::Original)) => None,
+        (scale, position) => Some(Placement {
+            scale,
+            position: position.unwrap_or(centre),
+        }),
+    })
+}
+
+/// `120px`, `120` (pixels too) or `30%`: a finite number, not negative.
+fn parse_length(text: &str) -> Option<Length> {
+    let (number, make): (&str, fn(f32) -> Length) = match text.strip_suffix('%') {
+        Some(number) => (number, Length::Percent),
+        None => (text.strip_suffix("px").unwrap_or(text), Length::Px),
+    };
+    let value: f32 = number.parse().ok()?;
+    (value.is_finite() && value >= 0.0 && !number.starts_with('+')).then(|| make(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_are_pixels_or_percentages_never_negative_or_infinite() {
+        assert_eq!(parse_length("30px"), Some(Length::Px(30.0)));
+        assert_eq!(parse_length("30"), Some(Length::Px(30.0)));
+        assert_eq!(parse_length("12.5%"), Some(Length::Percent(12.5)));
+        for bad in ["-1px", "inf", "NaN%", "px", "%", "1e999", "3 px", "+4"] {
+            assert_eq!(parse_length(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn margins_take_one_two_or_four_sides_in_css_order_within_the_limits() {
+        let m = parse_margins("10px 20%").unwrap();
+        assert_eq!(
+            (m.top, m.right, m.bottom, m.left),
+            (
+                Length::Px(10.0),
+                Length::Percent(20.0),
+                Length::Px(10.0),
+                Length::Percent(20.0)
+            )
+        );
+        let m = parse_margins("1 2 3 4").unwrap();
+        assert_eq!(
+            (m.top, m.right, m.bottom, m.left),
+            (
+                Length::Px(1.0),
+                Length::Px(2.0),
+                Length::Px(3.0),
+                Length::Px(4.0)
+            )
+        );
+        for bad in ["", "1 2 3", "501px", "51%", "1 2 3 4 5"] {
+            assert!(parse_margins(bad).is_err(), "{bad:?}");
+        }
+        assert!(
+            parse_crop(None, Some("10px")).is_err(),
+            "a margin without a crop"
+        );
+        assert_eq!(parse_crop(Some("false"), Some("0px")).ok(), Some(None));
+    }
+
+    #[test]
+    fn colours_are_hex_with_or_without_hash_and_css_names() {
+        assert_eq!(
+            parse_colour("81d4fa").ok(),
+            Some(Some([0x81, 0xd4, 0xfa, 255]))
+        );
+        assert_eq!(parse_colour("#fff").ok(), Some(Some([255; 4])));
+        assert_eq!(parse_colour("00ff0080").ok(), Some(Some([0, 255, 0, 128])));
+        assert_eq!(parse_colour("green").ok(), Some(Some([0, 128, 0, 255])));
+        assert_eq!(parse_colour("").ok(), Some(None));
+        assert!(parse_colour("greenish").is_err());
+        assert!(parse_colour("#12345").is_err());
+    }
+
+    #[test]
+    fn roi_is_four_corners_in_order_and_the_whole_photo_is_none() {
+        assert_eq!(parse_roi("0% 0% 100% 100%").ok(), Some(None));
+        assert!(parse_roi("10px 20px 30% 40%").unwrap().is_some());
+        for bad in ["0 0 10", "10px 0 5px 10px", "0 0 101% 10", "a b c d"] {
+            assert!(parse_roi(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_scale_centres_the_subject_unless_a_position_is_given() {
+        let centre = Position::At { x: 0.5, y: 0.5 };
+        assert_eq!(parse_placement(None, None).ok(), Some(None));
+        assert_eq!(
+            parse_placement(Some("original"), Some("original")).ok(),
+            Some(None)
+        );
+        let scaled = parse_placement(Some("50%"), None).unwrap().unwrap();
+        assert_eq!((scaled.scale, scaled.position), (Some(0.5), centre));
+        let moved = parse_placement(None, Some("0% 100%")).unwrap().unwrap();
+        assert_eq!(
+            (moved.scale, moved.position),
+            (None, Position::At { x: 0.0, y: 1.0 })
+        );
+        for (scale, position) in [
+            (Some("9%"), None),
+            (Some("101%"), None),
+            (Some("50px"), None),
+            (None, Some("left")),
+            (None, Some("10% 20% 30%")),
+        ] {
+            assert!(
+                parse_placement(scale, position).is_err(),
+                "{scale:?} {position:?}"
+            );
+        }
+    }
+}
