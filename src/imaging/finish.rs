@@ -130,7 +130,7 @@ pub enum FinishError {
 }
 
 /// JPEG at quality 90 with chroma halved both ways (4:2:0): on a 12 MP
-/// cut-out, 21% smaller and 45% faster than 90 at full chroma (the
+/// cut-out, 21% smaller and 44% faster than 90 at full chroma (the
 /// encoder's default there) for 1.6 dB of PSNR (BENCHMARKS.md, "Formats").
 const JPEG_QUALITY: u8 = 90;
 const JPEG_MAX_SIDE: u32 = u16::MAX as u32;

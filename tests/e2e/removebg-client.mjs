@@ -1,7 +1,8 @@
 // remove.bg's published Node client (npm `remove.bg`, pinned in
 // package-lock.json) against the appliance, unmodified but for the address
-// it posts to: a cut-out from a file and from base64 comes back, and its
-// own error handling sees the appliance's 402 and 429 as remove.bg's.
+// it posts to: a cut-out from a file and from base64 comes back, its crop
+// and background options work, and its own error handling sees the
+// appliance's 400, 402 and 429 as remove.bg's.
 // Starts the real binary on a free port with a fresh data directory.
 //
 // Usage: node tests/e2e/removebg-client.mjs [path/to/cutout]
@@ -87,6 +88,21 @@ try {
   });
   assert.deepEqual(Buffer.from(fromBase64.base64img, "base64"), png, "the same cut-out");
 
+  // The client's own option names: cropped with a margin, on a colour.
+  const styled = await removebg.removeBackgroundFromImageFile({
+    path: photoPath, apiKey: booth, size: "regular", crop: true, crop_margin: "10px", bg_color: "81d4fa",
+    outputFile: path.join(out, "styled.png"),
+  });
+  const styledPng = readFileSync(path.join(out, "styled.png"));
+  assert.equal(styledPng.readUInt32BE(16), Number(styled.resultWidth), "the PNG's width");
+  assert.equal(styledPng.readUInt32BE(20), Number(styled.resultHeight), "the PNG's height");
+  assert.equal(styledPng[25], 2, "RGB: the colour fills every transparent pixel");
+  assert.ok(Number(styled.resultWidth) < Number(fromFile.resultWidth), "cropped");
+  await assert.rejects(
+    removebg.removeBackgroundFromImageFile({ path: photoPath, apiKey: booth, crop: true, crop_margin: "90%" }),
+    (errors) => errors[0].code === "invalid_crop_margin",
+  );
+
   const usedUp = account("used-up");
   cli("usage", "set", "used-up", "--count", "500");
   await assert.rejects(
@@ -110,7 +126,7 @@ try {
   held.forEach((socket) => socket.destroy());
   const month = new Date().toISOString().slice(0, 7);
   assert.equal(cli("usage", "busy").trim(), `busy ${month}: 0 of 500`, "the 429 cost nothing");
-  console.log("remove.bg's Node client: file, base64, 402 and 429 as remove.bg answers them");
+  console.log("remove.bg's Node client: file, base64, its options, 400, 402 and 429 as remove.bg answers them");
 } catch (error) {
   console.error(log);
   throw error;
