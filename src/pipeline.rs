@@ -374,6 +374,7 @@ impl Pipeline {
             let (png, foreground) =
                 imaging::cut_out_png(&kept, &model_input, &small_matte, finish.channels);
             watch.lap("compose");
+            self.spare_pixels.give(kept);
             imaging::Finished {
                 bytes: png,
                 media_type: "image/png",
@@ -384,6 +385,8 @@ impl Pipeline {
         } else {
             let cut = imaging::cut_out_image(&kept, &model_input, &small_matte);
             watch.lap("compose");
+            // The photo's memory is free for the background's.
+            self.spare_pixels.give(kept);
             let finished = imaging::finish(cut, (w, h), finish).map_err(|e| match e {
                 FinishError::TooLarge { format, most } => ApiError::InvalidOption {
                     field: OptionField::Format,
@@ -394,7 +397,6 @@ impl Pipeline {
             watch.lap("finish");
             finished
         };
-        self.spare_pixels.give(kept);
         Ok(CutOut {
             bytes: finished.bytes,
             media_type: finished.media_type,
@@ -534,9 +536,16 @@ fn agreement(first: &[u8], first_size: (u32, u32), second: &[u8], second_size: (
 
 /// A background image that cannot be used, named as such.
 fn background_error(e: DecodeError) -> ApiError {
+    let why = match e {
+        DecodeError::TooLarge { width, height } => format!(
+            "it is {width}x{height}; a background may have at most {} pixels, the most a result has",
+            crate::error::MAX_PIXELS_OUTPUT
+        ),
+        other => other.to_string(),
+    };
     ApiError::InvalidOption {
         field: OptionField::BgImageFile,
-        why: e.to_string(),
+        why,
     }
 }
 

@@ -52,6 +52,19 @@ pub fn decode(bytes: &[u8]) -> Result<DynamicImage, DecodeError> {
 /// `spare`'s memory when it is large enough: faulting in a 12 MP photo's
 /// 36 MB of fresh pages took a third of its decode.
 pub fn decode_reusing(bytes: &[u8], spare: Vec<u8>) -> Result<DynamicImage, DecodeError> {
+    decode_within(bytes, spare, MAX_PIXELS_DECODED)
+}
+
+/// `decode`, refusing more than `max_pixels` before any is decoded.
+pub fn decode_at_most(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, DecodeError> {
+    decode_within(bytes, Vec::new(), max_pixels.min(MAX_PIXELS_DECODED))
+}
+
+fn decode_within(
+    bytes: &[u8],
+    spare: Vec<u8>,
+    max_pixels: u64,
+) -> Result<DynamicImage, DecodeError> {
     let format = format_of(bytes)?;
     if format == ImageFormat::Jpeg && !jpeg_has_its_end(bytes) {
         // The decoder would fill the missing rows with grey and succeed.
@@ -67,7 +80,7 @@ pub fn decode_reusing(bytes: &[u8], spare: Vec<u8>) -> Result<DynamicImage, Deco
         other => from_image_error(other),
     })?;
     let (width, height) = decoder.dimensions();
-    if u64::from(width) * u64::from(height) > MAX_PIXELS_DECODED {
+    if u64::from(width) * u64::from(height) > max_pixels {
         return Err(DecodeError::TooLarge { width, height });
     }
     decoder

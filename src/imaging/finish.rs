@@ -5,8 +5,9 @@
 //! in memory; a request that asks for none of them takes the banded path
 //! from the matte straight to the PNG (`cut_out_png`).
 
-use super::{decode, png, resize, DecodeError, Foreground, SEEN_FROM};
+use super::{decode_at_most, png, resize, DecodeError, Foreground, SEEN_FROM};
 use crate::domain::Channels;
+use crate::error::MAX_PIXELS_OUTPUT;
 use image::{DynamicImage, RgbaImage};
 use rayon::prelude::*;
 
@@ -106,7 +107,8 @@ pub enum Position {
 pub enum Background {
     /// RGBA.
     Colour([u8; 4]),
-    /// An image file as uploaded, decoded with the photo's limits.
+    /// An image file as uploaded, decoded with the photo's limits but at
+    /// most `MAX_PIXELS_OUTPUT` pixels, the most a result has.
     Image(Vec<u8>),
 }
 
@@ -174,9 +176,11 @@ pub fn finish(
             match &finish.background {
                 Some(Background::Colour(colour)) => put_on(&mut cut, |_, _| *colour),
                 Some(Background::Image(file)) => {
-                    let image = decode(file).map_err(FinishError::Background)?;
-                    let behind = covering(&image, (width, height));
-                    put_on(&mut cut, |x, y| behind.get_pixel(x, y).0);
+                    let image =
+                        decode_at_most(file, MAX_PIXELS_OUTPUT).map_err(FinishError::Background)?;
+                    let (behind, (left, top)) = covering(&image, (width, height));
+                    drop(image);
+                    put_on(&mut cut, |x, y| behind.get_pixel(left + x, top + y).0);
                 }
                 None => {}
             }
@@ -348,9 +352,9 @@ fn copy_box(from: &RgbaImage, box_: Foreground, to: &mut RgbaImage, at: (u32, u3
     }
 }
 
-/// `image` scaled to cover `size` and cut to it, centred: a background
-/// of another shape is cropped, never stretched.
-fn covering(image: &DynamicImage, size: (u32, u32)) -> RgbaImage {
+/// `image` scaled to cover `size`, and where a box of `size` centred in it
+/// starts: a background of another shape is cropped, never stretched.
+fn covering(image: &DynamicImage, size: (u32, u32)) -> (RgbaImage, (u32, u32)) {
     let (w, h) = (image.width() as f32, image.height() as f32);
     let scale = (size.0 as f32 / w).max(size.1 as f32 / h);
     let scaled = (
@@ -358,15 +362,11 @@ fn covering(image: &DynamicImage, size: (u32, u32)) -> RgbaImage {
         ((h * scale).ceil() as u32).max(size.1),
     );
     let scaled = resize(image, scaled.0, scaled.1).into_rgba8();
-    let box_ = Foreground {
-        left: (scaled.width() - size.0) / 2,
-        top: (scaled.height() - size.1) / 2,
-        width: size.0,
-        height: size.1,
-    };
-    let mut out = RgbaImage::new(size.0, size.1);
-    copy_box(&scaled, box_, &mut out, (0, 0));
-    out
+    let corner = (
+        (scaled.width() - size.0) / 2,
+        (scaled.height() - size.1) / 2,
+    );
+    (scaled, corner)
 }
 
 /// Puts the cut-out over a background whose pixel at (x, y) is
@@ -677,10 +677,10 @@ mod tests {
             true => image::Rgba([0, 0, 255, 255]),
             false => image::Rgba([255, 255, 0, 255]),
         });
-        let covered = covering(&DynamicImage::ImageRgba8(wide), (40, 30));
-        assert_eq!(covered.dimensions(), (40, 30));
-        assert_eq!(covered.get_pixel(5, 5).0, [0, 0, 255, 255]);
-        assert_eq!(covered.get_pixel(35, 5).0, [255, 255, 0, 255]);
+        let (covered, (left, top)) = covering(&DynamicImage::ImageRgba8(wide), (40, 30));
+        assert_eq!((covered.dimensions(), left, top), ((120, 30), 40, 0));
+        assert_eq!(covered.get_pixel(left + 5, 5).0, [0, 0, 255, 255]);
+        assert_eq!(covered.get_pixel(left + 35, 5).0, [255, 255, 0, 255]);
     }
 
     #[test]

@@ -293,6 +293,7 @@ fn a_bad_value_of_each_option_is_refused_by_a_code_naming_it_at_no_charge() {
     let key = app.account("acme", "pro");
     let photo = jpeg(64, 48);
     let not_an_image = b"GIF89a not really".to_vec();
+    let huge = png_header_only(6000, 5000);
     // The fields, a background image if any, the code, and a word the detail says.
     type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a [u8]>, &'a str, &'a str);
     let cases: &[Case] = &[
