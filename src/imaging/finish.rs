@@ -157,21 +157,8 @@ pub fn finish(
         (cut, subject) = place(&cut, box_, placement);
     }
     let (width, height) = cut.dimensions();
-    let side = width.max(height);
-    let most = match finish.format {
-        Format::Jpg | Format::Zip | Format::Auto => JPEG_MAX_SIDE,
-        Format::Webp => WEBP_MAX_SIDE,
-        Format::Png => u32::MAX,
-    };
-    if side > most {
-        let format = match finish.format {
-            Format::Webp => "webp",
-            _ => "jpg",
-        };
-        return Err(FinishError::TooLarge { format, most });
-    }
     let (bytes, media_type) = match finish.channels {
-        Channels::Alpha => encode_matte(&cut, finish.format),
+        Channels::Alpha => encode_matte(&cut, finish.format)?,
         Channels::Rgba => {
             match &finish.background {
                 Some(Background::Colour(colour)) => put_on(&mut cut, |_, _| *colour),
@@ -184,7 +171,7 @@ pub fn finish(
                 }
                 None => {}
             }
-            encode(cut, finish.format)
+            encode(cut, finish.format)?
         }
     };
     Ok(Finished {
@@ -226,16 +213,17 @@ fn keep_inside(cut: &mut RgbaImage, roi: &Roi, source: (u32, u32)) {
 
 /// The box of the pixels seen (`SEEN_FROM`).
 fn foreground_of(cut: &RgbaImage) -> Option<Foreground> {
+    let seen = |px: &[u8]| px[3] >= SEEN_FROM;
     let (mut left, mut right, mut top, mut bottom) = (u32::MAX, 0, u32::MAX, 0);
-    for (y, row) in cut.rows().enumerate() {
-        let visible: Vec<u32> = row
-            .enumerate()
-            .filter(|(_, px)| px[3] >= SEEN_FROM)
-            .map(|(x, _)| x as u32)
-            .collect();
-        if let (Some(&first), Some(&last)) = (visible.first(), visible.last()) {
-            left = left.min(first);
-            right = right.max(last);
+    for (y, row) in cut
+        .as_raw()
+        .chunks_exact(cut.width() as usize * 4)
+        .enumerate()
+    {
+        if let Some(first) = row.chunks_exact(4).position(seen) {
+            let last = row.chunks_exact(4).rposition(seen).unwrap_or(first);
+            left = left.min(first as u32);
+            right = right.max(last as u32);
             top = top.min(y as u32);
             bottom = y as u32;
         }
@@ -401,11 +389,24 @@ fn over(front: [u8; 4], back: [u8; 4]) -> [u8; 4] {
     }
 }
 
+/// Whether a `format` file holds an image of `cut`'s size.
+fn fits(cut: &RgbaImage, format: &'static str) -> Result<(), FinishError> {
+    let most = match format {
+        "webp" => WEBP_MAX_SIDE,
+        _ => JPEG_MAX_SIDE,
+    };
+    match cut.width().max(cut.height()) > most {
+        true => Err(FinishError::TooLarge { format, most }),
+        false => Ok(()),
+    }
+}
+
 /// The cut-out as `format` says.
-fn encode(mut cut: RgbaImage, format: Format) -> (Vec<u8>, &'static str) {
+fn encode(mut cut: RgbaImage, format: Format) -> Result<(Vec<u8>, &'static str), FinishError> {
     let opaque = cut.par_chunks(4).all(|px| px[3] == 255);
-    match format {
+    Ok(match format {
         Format::Zip => {
+            fits(&cut, "jpg")?;
             let colour = rgb_of(&cut);
             let matte = alpha_of(&cut);
             let (width, height) = cut.dimensions();
@@ -422,6 +423,7 @@ fn encode(mut cut: RgbaImage, format: Format) -> (Vec<u8>, &'static str) {
             (super::zip::stored(&files), "application/zip")
         }
         Format::Jpg | Format::Auto if opaque || format == Format::Jpg => {
+            fits(&cut, "jpg")?;
             if !opaque {
                 put_on(&mut cut, |_, _| WHITE);
             }
@@ -431,6 +433,7 @@ fn encode(mut cut: RgbaImage, format: Format) -> (Vec<u8>, &'static str) {
             (jpeg, "image/jpeg")
         }
         Format::Webp => {
+            fits(&cut, "webp")?;
             clear_hidden(&mut cut);
             let (width, height) = cut.dimensions();
             let (pixels, colour) = match opaque {
@@ -448,28 +451,30 @@ fn encode(mut cut: RgbaImage, format: Format) -> (Vec<u8>, &'static str) {
             };
             (png, "image/png")
         }
-    }
+    })
 }
 
 /// The matte alone, in grey, as `format` says (a matte is never guessed
 /// opaque: `auto` is a PNG).
-fn encode_matte(cut: &RgbaImage, format: Format) -> (Vec<u8>, &'static str) {
+fn encode_matte(cut: &RgbaImage, format: Format) -> Result<(Vec<u8>, &'static str), FinishError> {
     let (width, height) = cut.dimensions();
     let matte = alpha_of(cut);
-    match format {
-        Format::Jpg => (
-            encode_jpeg(&matte, width, height, jpeg_encoder::ColorType::Luma),
-            "image/jpeg",
-        ),
-        Format::Webp => (
-            encode_webp(&matte, width, height, image::ExtendedColorType::L8),
-            "image/webp",
-        ),
+    Ok(match format {
+        Format::Jpg => {
+            fits(cut, "jpg")?;
+            let jpeg = encode_jpeg(&matte, width, height, jpeg_encoder::ColorType::Luma);
+            (jpeg, "image/jpeg")
+        }
+        Format::Webp => {
+            fits(cut, "webp")?;
+            let webp = encode_webp(&matte, width, height, image::ExtendedColorType::L8);
+            (webp, "image/webp")
+        }
         Format::Png | Format::Auto | Format::Zip => (
             encode_png(&matte, width, height, png::Colour::Grey),
             "image/png",
         ),
-    }
+    })
 }
 
 /// Transparent pixels' colour set to 0: nobody sees it, and the file is

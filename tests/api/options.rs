@@ -336,6 +336,12 @@ fn a_bad_value_of_each_option_is_refused_by_a_code_naming_it_at_no_charge() {
         ),
         (
             &[],
+            Some(&huge),
+            "invalid_bg_image_file",
+            "25000000 pixels",
+        ),
+        (
+            &[],
             Some(&b"\xff\xd8\xff\xe0 truncated"[..]),
             "invalid_bg_image_file",
             "bg_image_file",
