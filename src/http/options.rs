@@ -282,26 +282,16 @@ mod tests {
 
     #[test]
     fn margins_take_one_two_or_four_sides_in_css_order_within_the_limits() {
-        let m = parse_margins("10px 20%").unwrap();
+        let sides = |text| {
+            let m = parse_margins(text).unwrap();
+            [m.top, m.right, m.bottom, m.left]
+        };
+        let (px, percent) = (Length::Px, Length::Percent);
         assert_eq!(
-            (m.top, m.right, m.bottom, m.left),
-            (
-                Length::Px(10.0),
-                Length::Percent(20.0),
-                Length::Px(10.0),
-                Length::Percent(20.0)
-            )
+            sides("10px 20%"),
+            [px(10.0), percent(20.0), px(10.0), percent(20.0)]
         );
-        let m = parse_margins("1 2 3 4").unwrap();
-        assert_eq!(
-            (m.top, m.right, m.bottom, m.left),
-            (
-                Length::Px(1.0),
-                Length::Px(2.0),
-                Length::Px(3.0),
-                Length::Px(4.0)
-            )
-        );
+        assert_eq!(sides("1 2 3 4"), [px(1.0), px(2.0), px(3.0), px(4.0)]);
         for bad in ["", "1 2 3", "501px", "51%", "1 2 3 4 5"] {
             assert!(parse_margins(bad).is_err(), "{bad:?}");
         }

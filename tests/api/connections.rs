@@ -38,6 +38,17 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} in {text}"))
 }
 
+/// Not a speed target: a server stuck behind held connections answers only
+/// after their 10 s head deadline, or never. Under qemu, whose emulated
+/// server answered a health check in 2.2 s while 2,000 sockets were held,
+/// the bound is wider and still far from that deadline.
+fn answered_within() -> Duration {
+    match std::env::var_os("TEST_UNDER_QEMU") {
+        Some(_) => Duration::from_secs(5),
+        None => Duration::from_secs(2),
+    }
+}
+
 #[test]
 fn two_thousand_idle_half_requests_under_1024_open_files_never_stop_the_server() {
     let data = tempfile::tempdir().unwrap();
@@ -45,7 +56,7 @@ fn two_thousand_idle_half_requests_under_1024_open_files_never_stop_the_server()
     let addr = server.addr;
     let idle = server.rss_kib();
 
-    // A normal client asks every 100 ms the whole time; each answer within 2 s.
+    // A normal client asks every 100 ms the whole time; each answer in time.
     let done = Arc::new(AtomicBool::new(false));
     let peak = Arc::new(AtomicU64::new(idle));
     let watcher = {
@@ -82,17 +93,12 @@ fn two_thousand_idle_half_requests_under_1024_open_files_never_stop_the_server()
         std::thread::sleep(Duration::from_secs(3));
         let (status, took) = health(addr);
         assert_eq!(status, 200);
-        // Not a speed target: a server stuck behind the held connections
-        // answers only after their 10 s head deadline, or never.
-        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert!(took < answered_within(), "{took:?}");
         drop(held);
     }
     done.store(true, Ordering::Relaxed);
-    let (asked, slowest) = watcher.join().expect("every answer a 200 within 2 s");
-    assert!(
-        slowest < Duration::from_secs(2),
-        "slowest answer {slowest:?}"
-    );
+    let (asked, slowest) = watcher.join().expect("every answer a 200");
+    assert!(slowest < answered_within(), "slowest answer {slowest:?}");
 
     let evicted = metric(addr, "cutout_connections_evicted_total");
     let open = metric(addr, "cutout_connections_open");

@@ -334,12 +334,7 @@ fn a_bad_value_of_each_option_is_refused_by_a_code_naming_it_at_no_charge() {
             "invalid_bg_image_file",
             "bg_image_file",
         ),
-        (
-            &[],
-            Some(&huge),
-            "invalid_bg_image_file",
-            "25000000 pixels",
-        ),
+        (&[], Some(&huge), "invalid_bg_image_file", "25000000 pixels"),
         (
             &[],
             Some(&b"\xff\xd8\xff\xe0 truncated"[..]),
