@@ -156,7 +156,7 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 403, code: "plan_not_allowed", title: "Plan has no API access", when: "The account's plan has no API access." },
     Documented { status: 403, code: "account_suspended", title: "Account suspended", when: "The operator has suspended the account." },
     Documented { status: 408, code: "request_timeout", title: "Request timeout", when: "The body stopped arriving for 30 seconds." },
-    Documented { status: 413, code: "file_too_large", title: "File too large", when: "image_file is over 10 MiB (10485760 bytes)." },
+    Documented { status: 413, code: "file_too_large", title: "File too large", when: "image_file is over 10 MiB (10485760 bytes), or the whole body over 13.4 MiB (a 10 MiB image in base64 and the rest of the form; a bg_image_file counts in it)." },
     Documented { status: 415, code: "unsupported_image_format", title: "Unsupported image format", when: "image_file is not a JPEG, PNG or WEBP." },
     Documented { status: 429, code: "too_many_concurrent_requests", title: "Too many concurrent requests", when: "The account already has its plan's number of requests in flight (Pro 5, Business 50). Retry-After is set." },
     Documented { status: 431, code: "request_header_fields_too_large", title: "Request header fields too large", when: "A request line or header line is over 8 KiB, or there are over 100 headers." },
@@ -272,7 +272,9 @@ impl ApiError {
             HeaderTooLarge => {
                 "A request line or header line is over 8 KiB, or there are over 100 headers.".into()
             }
-            FileTooLarge => format!("image_file may be at most {MAX_IMAGE_BYTES} bytes."),
+            FileTooLarge => format!(
+                "image_file may be at most {MAX_IMAGE_BYTES} bytes, and the whole form (a bg_image_file with it, or the image in base64) about 13.4 MiB."
+            ),
             UnsupportedImageFormat => "image_file must be a JPEG, PNG or WEBP image.".into(),
             NotFound => "There is nothing at this path.".into(),
             MethodNotAllowed { allow } => format!("This path accepts {allow}."),

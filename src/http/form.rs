@@ -414,6 +414,13 @@ fn from_multer(e: multer::Error) -> ApiError {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_body_cap_is_the_13_4_mib_the_file_too_large_error_names() {
+        let mib = MAX_BODY_BYTES as f64 / f64::from(1 << 20);
+        assert_eq!(format!("{mib:.1}"), "13.4");
+        assert!(ApiError::FileTooLarge.detail().contains("13.4 MiB"));
+    }
+
     const CT: &str = "multipart/form-data; boundary=XyZ";
 
     fn body(parts: &[(&str, &[u8])]) -> Vec<u8> {
