@@ -24,7 +24,7 @@ pub fn document(version: &str) -> Value {
                 "X-RateLimit-Limit": { "schema": { "type": "integer" }, "description": "Images a month (plans with a monthly limit only)." },
                 "X-RateLimit-Remaining": { "schema": { "type": "integer" }, "description": "Images left this month (plans with a monthly limit only)." },
                 "X-RateLimit-Reset": { "schema": { "type": "integer" }, "description": "Unix time the count resets: the next UTC month (plans with a monthly limit only)." },
-                "Server-Timing": { "schema": { "type": "string" }, "description": "Milliseconds spent on each step (queue, decode, prepare, model, compose: the matte, cut-out and PNG made together; second-prepare and second-model where a second opinion was asked), e.g. `decode;dur=12.5, model;dur=1610.2`." }
+                "Server-Timing": { "schema": { "type": "string" }, "description": "Milliseconds spent on each step (queue, decode, prepare, model, compose: the matte, cut-out and PNG made together; blend-prepare and blend-model for type=auto's other views; second-prepare and second-model where a second opinion was asked; finish where output options were asked), e.g. `decode;dur=12.5, model;dur=1610.2`." }
             },
             "content": {
                 "image/png": { "schema": { "type": "string", "contentMediaType": "image/png" } },
