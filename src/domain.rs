@@ -78,19 +78,55 @@ impl SubjectType {
 }
 
 /// remove.bg's output options this appliance offers (`http::options`
-/// reads them, `imaging::finish` applies them), and what each takes, for
-/// the docs page and the OpenAPI document. All are optional; absent, the
-/// answer is the plain PNG cut-out.
-pub const OUTPUT_OPTIONS: &[(&str, &str)] = &[
-    ("format", "png (the default), jpg, webp (lossless), zip (color.jpg, the colours, and alpha.png, the matte, to compose), or auto: a PNG where the result has transparency, else a JPEG. A JPEG of a cut-out without a background is on white."),
-    ("bg_color", "A colour behind the subject: hex with or without # (81d4fa, fff, 81d4fa80 with alpha) or a CSS colour name (green). Not with bg_image_file."),
-    ("bg_image_file", "An image behind the subject, a second file part (JPG, PNG or WEBP; the whole body stays within its limit): scaled to cover the result and cut to it, centred, never stretched."),
-    ("crop", "true: the result is cut to the subject's box (its pixels at least 3% opaque)."),
-    ("crop_margin", "With crop=true, room around the subject: 1, 2 or 4 lengths in CSS order (top, right, bottom, left), in px or % of the subject's size, at most 500px or 50% a side; past the photo it is transparent."),
-    ("roi", "x1 y1 x2 y2 in px of the uploaded photo or % of its size: only what lies inside can be the subject."),
-    ("scale", "original (the default) or 10% to 100%: the subject fitted into that share of the result, aspect kept, centred unless position says otherwise."),
-    ("position", "original (the default), center, or one or two percentages (horizontal, vertical): where the subject goes in the room the result leaves beside it, 0% left or top, 100% right or bottom."),
-];
+/// reads them, `imaging::finish` applies them). All are optional; absent,
+/// the answer is the plain PNG cut-out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionField {
+    Format,
+    BgColor,
+    BgImageFile,
+    Crop,
+    CropMargin,
+    Roi,
+    Scale,
+    Position,
+}
+
+impl OptionField {
+    pub const ALL: [OptionField; 8] = [
+        OptionField::Format,
+        OptionField::BgColor,
+        OptionField::BgImageFile,
+        OptionField::Crop,
+        OptionField::CropMargin,
+        OptionField::Roi,
+        OptionField::Scale,
+        OptionField::Position,
+    ];
+
+    /// The form field's name.
+    pub fn name(self) -> &'static str {
+        self.describe().0
+    }
+
+    /// What it takes, for the docs page and the OpenAPI document.
+    pub fn takes(self) -> &'static str {
+        self.describe().1
+    }
+
+    fn describe(self) -> (&'static str, &'static str) {
+        match self {
+            OptionField::Format => ("format", "png (the default), jpg, webp (lossless), zip (color.jpg, the colours, and alpha.png, the matte, to compose), or auto: a PNG where the result has transparency, else a JPEG. A JPEG of a cut-out without a background is on white."),
+            OptionField::BgColor => ("bg_color", "A colour behind the subject: hex with or without # (81d4fa, fff, 81d4fa80 with alpha) or a CSS colour name (green). Not with bg_image_file."),
+            OptionField::BgImageFile => ("bg_image_file", "An image behind the subject, a second file part (JPG, PNG or WEBP, at most 25 megapixels; the whole body stays within its limit): scaled to cover the result and cut to it, centred, never stretched."),
+            OptionField::Crop => ("crop", "true: the result is cut to the subject's box (its pixels at least 3% opaque)."),
+            OptionField::CropMargin => ("crop_margin", "With crop=true, room around the subject: 1, 2 or 4 lengths in CSS order (top, right, bottom, left), in px or % of the subject's size, at most 500px or 50% a side; past the photo it is transparent."),
+            OptionField::Roi => ("roi", "x1 y1 x2 y2 in px of the uploaded photo or % of its size: only what lies inside can be the subject."),
+            OptionField::Scale => ("scale", "original (the default) or 10% to 100%: the subject fitted into that share of the result, aspect kept, centred unless position says otherwise."),
+            OptionField::Position => ("position", "original (the default), center, or one or two percentages (horizontal, vertical): where the subject goes in the room the result leaves beside it, 0% left or top, 100% right or bottom."),
+        }
+    }
+}
 
 /// Options remove.bg documents that this appliance does not offer, with
 /// the values that ask for what it does anyway (remove.bg's defaults, which

@@ -1,6 +1,8 @@
 //! Every way an API call can fail, and the one place that maps each to its
 //! status, code and title. Knows no HTTP crate: `http` renders these.
 
+pub use crate::domain::OptionField;
+
 /// An API failure as the client sees it. `Internal` and `Unavailable` carry
 /// the cause for the log only; the client gets an opaque detail.
 #[derive(Debug, thiserror::Error)]
@@ -69,53 +71,17 @@ pub enum ApiError {
     Internal(#[source] anyhow::Error),
 }
 
-/// remove.bg's output options, each with its own error code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptionField {
-    Format,
-    BgColor,
-    BgImageFile,
-    Crop,
-    CropMargin,
-    Roi,
-    Scale,
-    Position,
-}
-
-impl OptionField {
-    pub const ALL: [OptionField; 8] = [
-        OptionField::Format,
-        OptionField::BgColor,
-        OptionField::BgImageFile,
-        OptionField::Crop,
-        OptionField::CropMargin,
-        OptionField::Roi,
-        OptionField::Scale,
-        OptionField::Position,
-    ];
-
-    /// The form field's name.
-    pub fn name(self) -> &'static str {
-        self.describe().0
-    }
-
-    fn describe(self) -> (&'static str, &'static str, &'static str) {
-        match self {
-            OptionField::Format => ("format", "invalid_format", "Invalid format"),
-            OptionField::BgColor => ("bg_color", "invalid_bg_color", "Invalid bg_color"),
-            OptionField::BgImageFile => (
-                "bg_image_file",
-                "invalid_bg_image_file",
-                "Invalid bg_image_file",
-            ),
-            OptionField::Crop => ("crop", "invalid_crop", "Invalid crop"),
-            OptionField::CropMargin => {
-                ("crop_margin", "invalid_crop_margin", "Invalid crop_margin")
-            }
-            OptionField::Roi => ("roi", "invalid_roi", "Invalid roi"),
-            OptionField::Scale => ("scale", "invalid_scale", "Invalid scale"),
-            OptionField::Position => ("position", "invalid_position", "Invalid position"),
-        }
+/// Each output option's error code and title.
+fn option_error(field: OptionField) -> (&'static str, &'static str) {
+    match field {
+        OptionField::Format => ("invalid_format", "Invalid format"),
+        OptionField::BgColor => ("invalid_bg_color", "Invalid bg_color"),
+        OptionField::BgImageFile => ("invalid_bg_image_file", "Invalid bg_image_file"),
+        OptionField::Crop => ("invalid_crop", "Invalid crop"),
+        OptionField::CropMargin => ("invalid_crop_margin", "Invalid crop_margin"),
+        OptionField::Roi => ("invalid_roi", "Invalid roi"),
+        OptionField::Scale => ("invalid_scale", "Invalid scale"),
+        OptionField::Position => ("invalid_position", "Invalid position"),
     }
 }
 
@@ -191,7 +157,7 @@ impl ApiError {
             InvalidType => (400, "invalid_type", "Invalid type"),
             InvalidChannels => (400, "invalid_channels", "Invalid channels"),
             InvalidOption { field, .. } => {
-                let (_, code, title) = field.describe();
+                let (code, title) = option_error(*field);
                 (400, code, title)
             }
             InvalidImage(_) => (400, "invalid_image", "Invalid image"),

@@ -2,7 +2,7 @@
 //! with the reader's own key prefix filled in.
 
 use super::{page, Nav};
-use crate::domain::{OUTPUT_OPTIONS, REMOVE_BG_OPTIONS};
+use crate::domain::{OptionField, REMOVE_BG_OPTIONS};
 use crate::error::REMOVE_BG_ERRORS;
 use maud::{html, Markup};
 
@@ -67,8 +67,8 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                                 }
                             }
                         }
-                        @for (name, takes) in OUTPUT_OPTIONS {
-                            tr { td { "form field" } td { code { (name) } } td { "Optional. " (takes) } }
+                        @for field in OptionField::ALL {
+                            tr { td { "form field" } td { code { (field.name()) } } td { "Optional. " (field.takes()) } }
                         }
                         tr {
                             td { "form fields" } td { "remove.bg's options" }

@@ -1,7 +1,7 @@
 //! The API contract as an OpenAPI 3.1 document, made from the same error
 //! table as the docs page, so the two cannot disagree.
 
-use crate::domain::{OUTPUT_OPTIONS, REMOVE_BG_OPTIONS};
+use crate::domain::{OptionField, REMOVE_BG_OPTIONS};
 use crate::error::{MAX_IMAGE_BYTES, REMOVE_BG_ERRORS};
 use serde_json::{json, Map, Value};
 
@@ -85,9 +85,10 @@ pub fn document(version: &str) -> Value {
         "type": { "type": "string", "enum": ["auto", "person", "general", "product", "car"], "default": "auto",
             "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object). remove.bg's product and car: IS-Net, as general." }
     });
-    for (name, takes) in OUTPUT_OPTIONS {
-        properties[name] = match *name {
-            "bg_image_file" => {
+    for field in OptionField::ALL {
+        let takes = field.takes();
+        properties[field.name()] = match field {
+            OptionField::BgImageFile => {
                 json!({ "type": "string", "contentMediaType": "application/octet-stream", "description": takes })
             }
             _ => json!({ "type": "string", "description": takes }),

@@ -5,7 +5,7 @@
 //! in memory; a request that asks for none of them takes the banded path
 //! from the matte straight to the PNG (`cut_out_png`).
 
-use super::{decode_at_most, png, resize, DecodeError, Foreground, SEEN_FROM};
+use super::{decode_at_most, png, resize, DecodeError, Extent, Foreground};
 use crate::domain::Channels;
 use crate::error::MAX_PIXELS_OUTPUT;
 use image::{DynamicImage, RgbaImage};
@@ -213,27 +213,13 @@ fn keep_inside(cut: &mut RgbaImage, roi: &Roi, source: (u32, u32)) {
 
 /// The box of the pixels seen (`SEEN_FROM`).
 fn foreground_of(cut: &RgbaImage) -> Option<Foreground> {
-    let seen = |px: &[u8]| px[3] >= SEEN_FROM;
-    let (mut left, mut right, mut top, mut bottom) = (u32::MAX, 0, u32::MAX, 0);
-    for (y, row) in cut
+    let extent = Extent::default();
+    let rows = cut
         .as_raw()
-        .chunks_exact(cut.width() as usize * 4)
-        .enumerate()
-    {
-        if let Some(first) = row.chunks_exact(4).position(seen) {
-            let last = row.chunks_exact(4).rposition(seen).unwrap_or(first);
-            left = left.min(first as u32);
-            right = right.max(last as u32);
-            top = top.min(y as u32);
-            bottom = y as u32;
-        }
-    }
-    (left != u32::MAX).then(|| Foreground {
-        left,
-        top,
-        width: right - left + 1,
-        height: bottom - top + 1,
-    })
+        .par_chunks(cut.width() as usize * 4)
+        .enumerate();
+    rows.for_each(|(y, row)| extent.include_row(y, row));
+    extent.foreground()
 }
 
 /// The subject's box with `margins` around it, as the cut-out has it
@@ -404,6 +390,11 @@ fn fits(cut: &RgbaImage, format: &'static str) -> Result<(), FinishError> {
 /// The cut-out as `format` says.
 fn encode(mut cut: RgbaImage, format: Format) -> Result<(Vec<u8>, &'static str), FinishError> {
     let opaque = cut.par_chunks(4).all(|px| px[3] == 255);
+    let format = match format {
+        Format::Auto if opaque => Format::Jpg,
+        Format::Auto => Format::Png,
+        chosen => chosen,
+    };
     Ok(match format {
         Format::Zip => {
             fits(&cut, "jpg")?;
@@ -422,7 +413,7 @@ fn encode(mut cut: RgbaImage, format: Format) -> Result<(Vec<u8>, &'static str),
             ];
             (super::zip::stored(&files), "application/zip")
         }
-        Format::Jpg | Format::Auto if opaque || format == Format::Jpg => {
+        Format::Jpg => {
             fits(&cut, "jpg")?;
             if !opaque {
                 put_on(&mut cut, |_, _| WHITE);
@@ -442,7 +433,7 @@ fn encode(mut cut: RgbaImage, format: Format) -> Result<(Vec<u8>, &'static str),
             };
             (encode_webp(&pixels, width, height, colour), "image/webp")
         }
-        Format::Png | Format::Auto | Format::Jpg => {
+        Format::Png | Format::Auto => {
             clear_hidden(&mut cut);
             let (width, height) = cut.dimensions();
             let png = match opaque {
