@@ -209,7 +209,8 @@ impl Pipeline {
     ) -> Result<(Vec<u8>, String), ApiError> {
         let grid = (first.0.width(), first.0.height());
         let mut sum: Vec<u16> = first.1.iter().map(|&a| u16::from(a)).collect();
-        let mut own_subject: Vec<bool> = first.1.iter().map(|&a| is_subject(a)).collect();
+        // The union of the model's own views' silhouettes, as a matte.
+        let mut own_union: Vec<u8> = first.1.iter().map(|&a| silhouette(a)).collect();
         let laps = ["blend-prepare", "blend-model"];
         let mut views = 1;
         let mut least_agreement = 1.0f64;
@@ -218,13 +219,13 @@ impl Pipeline {
             let size = (view_input.width(), view_input.height());
             let matte = imaging::resize_gray(&matte, size, grid);
             least_agreement = least_agreement.min(silhouettes_agree(first.1, &matte));
-            for ((s, subject), a) in sum.iter_mut().zip(&mut own_subject).zip(matte) {
+            for ((s, union), a) in sum.iter_mut().zip(&mut own_union).zip(matte) {
                 *s += u16::from(a);
-                *subject |= is_subject(a);
+                *union |= silhouette(a);
             }
             views += 1;
         }
-        let own_subject = own_subject.iter().filter(|&&s| s).count() as f64;
+        let own_subject = own_union.iter().filter(|&&a| is_subject(a)).count() as f64;
         let doubt = blend.doubt.filter(|doubt| least_agreement < doubt.below);
         // A blended model that failed to load leaves its view out.
         let others = self.blended.iter().map(|&i| &self.models[i]);
@@ -242,10 +243,17 @@ impl Pipeline {
             let size = (view_input.width(), view_input.height());
             let matte = imaging::resize_gray(&matte, size, grid);
             let subject = matte.iter().filter(|&&a| is_subject(a)).count() as f64;
-            let weight = match doubt {
+            let sees_more = match doubt {
                 Some(doubt) if subject > doubt.others_larger_by * own_subject => doubt.others_count,
                 _ => 1,
             };
+            let agrees = match blend.agree {
+                Some(agree) if silhouettes_agree(&own_union, &matte) > agree.over => {
+                    agree.others_count
+                }
+                _ => 1,
+            };
+            let weight = sees_more.max(agrees);
             for (s, a) in sum.iter_mut().zip(matte) {
                 *s += weight * u16::from(a);
             }
@@ -476,6 +484,15 @@ fn run_model(
 /// A matte's silhouette: alpha 0.5 and over.
 fn is_subject(alpha: u8) -> bool {
     alpha >= 128
+}
+
+/// A matte's silhouette as a matte: opaque where it is subject, clear elsewhere.
+fn silhouette(alpha: u8) -> u8 {
+    if is_subject(alpha) {
+        255
+    } else {
+        0
+    }
 }
 
 /// How much of what two mattes on one grid call subject both do: their
@@ -792,12 +809,12 @@ mod tests {
             (model, alpha.get_pixel(200, 150).0[0], laps)
         };
         // IS-Net 0.6 at the photo's aspect and squashed: its views agree,
-        // so (0.6 + 0.6 + U2NetP's 0) / 3 = 0.4, levelled by [0.3, 0.6].
+        // so (0.6 + 0.6 + U2NetP's 0) / 3 = 0.4, levelled by [0.35, 0.55].
         ready(0, 0.6, 0.6);
         ready(1, 0.0, 0.0);
         let (model, alpha, _) = cut_out(SubjectType::Auto);
         assert_eq!(model, "isnet+u2netp");
-        assert!(alpha.abs_diff(85) <= 1, "{alpha}");
+        assert!(alpha.abs_diff(64) <= 1, "{alpha}");
         // IS-Net 0.4 and 1.0: only the squashed view calls it subject, so
         // their silhouettes agree on none of it; but U2NetP's 0 calls less
         // of it subject and counts once: (0.4 + 1.0 + 0) / 3 = 0.467.
@@ -805,7 +822,7 @@ mod tests {
         ready(1, 0.0, 0.0);
         let (model, alpha, laps) = cut_out(SubjectType::Auto);
         assert_eq!(model, "isnet+u2netp");
-        assert!(alpha.abs_diff(142) <= 1, "{alpha}");
+        assert!(alpha.abs_diff(149) <= 1, "{alpha}");
         let blend_laps = laps.iter().filter(|l| l.starts_with("blend-")).count();
         assert_eq!(blend_laps, 2, "both other views add to one pair: {laps:?}");
         let (model, alpha, laps) = cut_out(SubjectType::General);
@@ -879,7 +896,8 @@ mod tests {
     }
 
     #[test]
-    fn auto_counts_the_others_twice_where_its_own_views_disagree_and_they_see_more() {
+    fn auto_counts_the_others_twice_where_they_see_more_than_its_disagreeing_views_or_agree_with_them(
+    ) {
         let pipeline = isnet_blending_u2netp();
         let ready = |i, square, other| set_engine(&pipeline, i, Columns { square, other });
         let doubt = pipeline.models[0]
@@ -892,6 +910,15 @@ mod tests {
         assert_eq!(doubt.below, 0.8);
         assert_eq!(doubt.others_larger_by, 1.2);
         assert_eq!(doubt.others_count, 2);
+        let agree = pipeline.models[0]
+            .spec
+            .blend
+            .as_ref()
+            .unwrap()
+            .agree
+            .unwrap();
+        assert_eq!(agree.over, 0.8);
+        assert_eq!(agree.others_count, 2);
         let alpha_at = |x| {
             cut_black_photo(&pipeline, SubjectType::Auto)
                 .1
@@ -901,19 +928,20 @@ mod tests {
         // IS-Net's views: the left half at the photo's aspect, the left
         // quarter squashed (they agree on half); U2NetP: the left 0.9,
         // more than 1.2 times the half. At 0.7 of the width only U2NetP
-        // sees the subject: 2 / 4 = 0.5, levelled by [0.3, 0.6].
+        // sees the subject: 2 / 4 = 0.5 (128 of 255), levelled by [0.35, 0.55].
         ready(0, 0.25, 0.5);
         ready(1, 0.9, 0.9);
-        assert!(alpha_at(280).abs_diff(170) <= 2);
-        // U2NetP's left 0.55 is not 1.2 times the half: it counts once, so
-        // at 0.525 of the width 1 / 3 = 0.333, levelled.
-        ready(1, 0.55, 0.55);
-        assert!(alpha_at(210).abs_diff(28) <= 2);
-        // IS-Net's views agree (the left half both): U2NetP counts once,
-        // 1 / 3 = 0.333, levelled.
+        assert!(alpha_at(280).abs_diff(194) <= 2);
+        // IS-Net's views agree (the left half both), and U2NetP's left 0.7
+        // agrees with them on 0.71, not over 0.8: it counts once, and at
+        // 0.6 of the width 1 / 3 = 0.333 is under the levels.
         ready(0, 0.5, 0.5);
-        ready(1, 0.9, 0.9);
-        assert!(alpha_at(280).abs_diff(28) <= 2);
+        ready(1, 0.7, 0.7);
+        assert_eq!(alpha_at(240), 0);
+        // U2NetP's left 0.55 agrees with the half on 0.91: it counts twice,
+        // and at 0.525 of the width 2 / 4 = 0.5, levelled.
+        ready(1, 0.55, 0.55);
+        assert!(alpha_at(210).abs_diff(194) <= 2);
     }
 
     #[test]

@@ -129,6 +129,7 @@ pub struct Blend {
     pub models: Vec<String>,
     pub levels: [f32; 2],
     pub doubt: Option<Doubt>,
+    pub agree: Option<Agree>,
 }
 
 /// When the model is unsure of the photo: the silhouettes of its own views
@@ -140,6 +141,15 @@ pub struct Blend {
 pub struct Doubt {
     pub below: f64,
     pub others_larger_by: f64,
+    pub others_count: u16,
+}
+
+/// Each of the blend's `models` whose silhouette agrees with the union of
+/// the model's own on over `over` of what either calls subject (their
+/// intersection over union) counts `others_count` times.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Agree {
+    pub over: f64,
     pub others_count: u16,
 }
 
