@@ -103,8 +103,9 @@ impl Board {
         )
     }
 
-    /// The rule README.md writes out, from top to bottom.
-    pub fn defaults(&self, installed: &Installed) -> BoardDefaults {
+    /// The rule README.md writes out, from top to bottom; `engine` is the
+    /// one configured, if any, which the model must run on.
+    pub fn defaults(&self, installed: &Installed, engine: Option<EngineKind>) -> BoardDefaults {
         if self.memory < ISNET_MIN_MEMORY {
             return BoardDefaults {
                 model: "u2netp",
@@ -119,13 +120,20 @@ impl Board {
                 ),
             };
         }
-        if !installed.onnxruntime {
+        let tract_why = match engine {
+            Some(EngineKind::Tract) => Some("room for IS-Net, on tract as configured"),
+            _ if !installed.onnxruntime => {
+                Some("room for IS-Net; ONNX Runtime is not installed: tract")
+            }
+            _ => None,
+        };
+        if let Some(why) = tract_why {
             return BoardDefaults {
                 model: "isnet",
                 engine: EngineKind::Tract,
                 upload_buffer_mib: None,
                 isnet_fits: true,
-                why: "room for IS-Net; ONNX Runtime is not installed: tract".into(),
+                why: why.into(),
             };
         }
         let (model, int8) = match (self.int8_dot_product, installed.isnet_int8) {
@@ -279,7 +287,7 @@ mod tests {
     #[test]
     fn each_board_class_gets_the_model_and_engine_that_fit_it() {
         let pick = |b: Board, installed: &Installed| {
-            let d = b.defaults(installed);
+            let d = b.defaults(installed, None);
             (d.model, d.engine, d.upload_buffer_mib, d.isnet_fits)
         };
         let small = (
@@ -310,6 +318,13 @@ mod tests {
             pick(board(4096, true), &tract_only),
             ("isnet", EngineKind::Tract, None, true)
         );
+        // tract configured: the f32 model it runs, not the int8 one it cannot.
+        let d = board(4096, true).defaults(&EVERYTHING, Some(EngineKind::Tract));
+        assert_eq!((d.model, d.engine), ("isnet", EngineKind::Tract));
+        let d = board(512, true).defaults(&EVERYTHING, Some(EngineKind::Tract));
+        assert_eq!(d.model, "u2netp");
+        let d = board(4096, true).defaults(&EVERYTHING, Some(EngineKind::Onnxruntime));
+        assert_eq!(d.model, "isnet-int8");
     }
 
     #[test]

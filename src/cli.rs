@@ -221,7 +221,7 @@ fn settings(cli: &Cli) -> Result<Settings> {
         .clone()
         .unwrap_or_else(|| DEFAULT_MODELS_DIR.into());
     let installed = Installed::find(&models_dir, config.onnxruntime.library.as_deref());
-    let defaults = board.defaults(&installed);
+    let defaults = board.defaults(&installed, config.engine);
     let mut settings = Settings::from_config(config.over(defaults.as_config()))?;
     settings.board = Some((board, defaults));
     if matches!(cli.command, Command::Serve { .. }) {

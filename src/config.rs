@@ -465,7 +465,7 @@ mod tests {
             onnxruntime: true,
             isnet_int8: true,
         };
-        let defaults = small.defaults(&everything);
+        let defaults = small.defaults(&everything, None);
         let file = Config::parse_str("model = \"modnet\"\n").unwrap();
         let settings = Settings::from_config(file.over(defaults.as_config())).unwrap();
         assert_eq!(settings.model.as_deref(), Some("modnet"));

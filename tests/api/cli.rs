@@ -104,6 +104,28 @@ fn remove_cuts_out_a_file_offline_on_either_engine() {
     }
 }
 
+/// On a CPU with int8 dot products the board's model is `isnet-int8`,
+/// which only ONNX Runtime runs: with tract asked for, it is IS-Net in f32.
+#[test]
+fn remove_on_tract_without_a_model_runs_the_model_tract_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.jpg"), dir.path().join("out.png"));
+    std::fs::write(&input, crate::helpers::jpeg(200, 150)).unwrap();
+    let models = crate::helpers::models_dir();
+    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .args(["--models-dir".as_ref(), models.as_os_str()])
+        .args(["remove".as_ref(), input.as_os_str(), output.as_os_str()])
+        .args([
+            "--size", "preview", "--type", "general", "--engine", "tract",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("model isnet loaded on tract"), "{stderr}");
+    assert!(image::open(&output).is_ok());
+}
+
 #[test]
 fn remove_writes_several_inputs_into_a_folder_and_names_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();

@@ -806,7 +806,7 @@ fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() 
         onnxruntime: true,
         isnet_int8: false,
     };
-    let defaults = board.defaults(&installed);
+    let defaults = board.defaults(&installed, None);
     let app = spawn_app_with(cutout::EngineSource::Ready(u2netp()), |s| {
         s.board = Some((board, defaults));
         s.engine_note = Some("ONNX Runtime's library ended the process 2 times".into());
