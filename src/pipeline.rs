@@ -900,23 +900,11 @@ mod tests {
     ) {
         let pipeline = isnet_blending_u2netp();
         let ready = |i, square, other| set_engine(&pipeline, i, Columns { square, other });
-        let doubt = pipeline.models[0]
-            .spec
-            .blend
-            .as_ref()
-            .unwrap()
-            .doubt
-            .unwrap();
+        let blend = pipeline.models[0].spec.blend.as_ref().unwrap();
+        let (doubt, agree) = (blend.doubt.unwrap(), blend.agree.unwrap());
         assert_eq!(doubt.below, 0.8);
         assert_eq!(doubt.others_larger_by, 1.2);
         assert_eq!(doubt.others_count, 2);
-        let agree = pipeline.models[0]
-            .spec
-            .blend
-            .as_ref()
-            .unwrap()
-            .agree
-            .unwrap();
         assert_eq!(agree.over, 0.8);
         assert_eq!(agree.others_count, 2);
         let alpha_at = |x| {
