@@ -197,8 +197,9 @@ impl Pipeline {
     }
 
     /// `type=auto`'s blend: the mean of `first` (the model's own view,
-    /// before levels) and the other views, on `first`'s grid, levelled;
-    /// and the models that made it, joined by `+`.
+    /// before levels) and the other views, on `first`'s grid, levelled (the
+    /// other models' views alone where the model's own see no subject); and
+    /// the models that made it, joined by `+`.
     fn blend(
         &self,
         model: &Model,
@@ -237,12 +238,16 @@ impl Pipeline {
             _ => true,
         });
         let mut made_by = model.spec.name.clone();
+        let mut others_sum = vec![0u16; sum.len()];
+        let mut others_views = 0;
+        let mut others_see = false;
         for other in others {
             made_by = format!("{made_by}+{}", other.spec.name);
             let (view_input, matte) = run_model(other, other.spec.input, original, watch, laps)?;
             let size = (view_input.width(), view_input.height());
             let matte = imaging::resize_gray(&matte, size, grid);
             let subject = matte.iter().filter(|&&a| is_subject(a)).count() as f64;
+            others_see |= subject > 0.0;
             let sees_more = match doubt {
                 Some(doubt) if subject > doubt.others_larger_by * own_subject => doubt.others_count,
                 _ => 1,
@@ -254,10 +259,21 @@ impl Pipeline {
                 _ => 1,
             };
             let weight = sees_more.max(agrees);
-            for (s, a) in sum.iter_mut().zip(matte) {
+            for (s, a) in others_sum.iter_mut().zip(matte) {
                 *s += weight * u16::from(a);
             }
-            views += weight;
+            others_views += weight;
+        }
+        // Views that see no subject at all have missed it (a photo sent to
+        // be cut out has one): where another model sees one, its view alone
+        // makes the matte (BENCHMARKS.md, "Views that see nothing").
+        if own_subject == 0.0 && others_see {
+            (sum, views) = (others_sum, others_views);
+        } else {
+            for (s, o) in sum.iter_mut().zip(others_sum) {
+                *s += o;
+            }
+            views += others_views;
         }
         let mut matte: Vec<u8> = sum
             .iter()
@@ -837,6 +853,41 @@ mod tests {
         let (model, alpha, _) = cut_out(SubjectType::Auto);
         assert_eq!(model, "isnet");
         assert_eq!(alpha, 255);
+    }
+
+    #[test]
+    fn auto_takes_the_others_alone_where_its_own_views_see_nothing() {
+        let pipeline = isnet_blending_u2netp();
+        // U2NetP: sure of the left half.
+        set_engine(
+            &pipeline,
+            1,
+            Columns {
+                square: 0.5,
+                other: 0.5,
+            },
+        );
+        let alpha_at = |x, isnet| {
+            set_engine(
+                &pipeline,
+                0,
+                Fill {
+                    value: isnet,
+                    square: isnet,
+                },
+            );
+            cut_black_photo(&pipeline, SubjectType::Auto)
+                .1
+                .get_pixel(x, 150)
+                .0[0]
+        };
+        // IS-Net's views, 0.2, call nothing subject: U2NetP's alone makes
+        // the matte, not (0.2 + 0.2 + 1) / 3 = 0.467 (149 once levelled).
+        assert_eq!(alpha_at(100, 0.2), 255);
+        assert_eq!(alpha_at(300, 0.2), 0);
+        // IS-Net's views, 0.7, see a subject: they count, (0.7 + 0.7 + 0)
+        // / 3 = 0.467 on the right.
+        assert!(alpha_at(300, 0.7).abs_diff(149) <= 2);
     }
 
     /// Sure of the left half of any input and of its bottom-right corner
