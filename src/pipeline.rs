@@ -238,8 +238,17 @@ impl Pipeline {
             _ => true,
         });
         let mut made_by = model.spec.name.clone();
-        let mut others_sum = vec![0u16; sum.len()];
-        let mut others_views = 0;
+        // Views that see no subject at all have missed it (a photo sent to
+        // be cut out has one): where another model sees one, its view alone
+        // makes the matte (BENCHMARKS.md, "Views that see nothing"). Their
+        // sum is set aside until the others have been seen.
+        let own_missed = (own_subject == 0.0).then(|| {
+            let zeros = vec![0; sum.len()];
+            (
+                std::mem::replace(&mut sum, zeros),
+                std::mem::replace(&mut views, 0),
+            )
+        });
         let mut others_see = false;
         for other in others {
             made_by = format!("{made_by}+{}", other.spec.name);
@@ -259,21 +268,16 @@ impl Pipeline {
                 _ => 1,
             };
             let weight = sees_more.max(agrees);
-            for (s, a) in others_sum.iter_mut().zip(matte) {
+            for (s, a) in sum.iter_mut().zip(matte) {
                 *s += weight * u16::from(a);
             }
-            others_views += weight;
+            views += weight;
         }
-        // Views that see no subject at all have missed it (a photo sent to
-        // be cut out has one): where another model sees one, its view alone
-        // makes the matte (BENCHMARKS.md, "Views that see nothing").
-        if own_subject == 0.0 && others_see {
-            (sum, views) = (others_sum, others_views);
-        } else {
-            for (s, o) in sum.iter_mut().zip(others_sum) {
+        if let Some((own_sum, own_views)) = own_missed.filter(|_| !others_see) {
+            for (s, o) in sum.iter_mut().zip(own_sum) {
                 *s += o;
             }
-            views += others_views;
+            views += own_views;
         }
         let mut matte: Vec<u8> = sum
             .iter()
