@@ -122,6 +122,13 @@ test-aarch64: models binfmt
 		--skip a_large_block_asks_for_huge_pages \
 		--skip the_test_photo_is_12_megapixels_under_the_upload_limit
 	sh tests/aarch64-smoke.sh target/aarch64/$(AARCH64)/arm-check/cutout
+	@echo "the int8 convolution's tests on the Pi cores: the A53 has no int8 dot" \
+		"product (tract's SMLAL kernel, rows packed side by side), the A76 has SDOT" \
+		"(four rows of a column side by side); qemu's default CPU ran both above"
+	for cpu in cortex-a53 cortex-a76; do \
+		CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -cpu $$cpu" \
+		$(ARM) $(CARGO) test -p tract-planned --lib --profile arm-check --target $(AARCH64) qconv || exit 1; \
+	done
 	@echo "threaded API tests under qemu-aarch64 that run no model (the aarch64 server" \
 		"binary they start runs through qemu's binfmt handler); TEST_UNDER_QEMU: the" \
 		"server's memory under 2,000 connections is not checked, as its RSS is qemu's"

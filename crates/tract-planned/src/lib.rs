@@ -25,6 +25,10 @@ mod pad;
 // The planned operators' output is written without being zeroed first.
 #[allow(unsafe_code)]
 mod planes;
+// The int8 kernel reads the packed im2col and writes the sums through
+// tract's raw pointers; the sums become f32 in place.
+#[allow(unsafe_code)]
+mod qconv;
 mod resize;
 mod split;
 
@@ -37,6 +41,7 @@ use tract_core::knobs::KnobScope;
 /// exported anew) shows here, and fails a test, before it shows as time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Replaced {
+    pub qconvs: usize,
     pub resizes: usize,
     pub deep_convs_split: usize,
     pub norms: usize,
@@ -51,6 +56,7 @@ pub struct Replaced {
 /// operators in place of tract's; and how many nodes each pass replaced.
 pub fn optimise(mut model: TypedModel) -> TractResult<(TypedModel, Replaced)> {
     let mut replaced = Replaced {
+        qconvs: qconv::plan_qconvs(&mut model)?,
         resizes: resize::plan_resizes(&mut model)?,
         deep_convs_split: split::split_deep_convs(&mut model)?,
         norms: norm::plan_norms(&mut model)?,
