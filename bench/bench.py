@@ -37,7 +37,7 @@ OUT = ROOT / "target" / "bench"
 BINARY = ROOT / "target" / "release" / "cutout"
 REMBG_NAMES = {"isnet": "isnet-general-use", "u2netp": "u2netp"}
 # A variant (the int8 IS-Net) is measured against the peers' run of the model
-# it is a variant of, and on ONNX Runtime only when it is int8 (tract refuses).
+# it is a variant of, and against that model on the same engine.
 with open(ROOT / "models" / "manifest.toml", "rb") as f:
     MANIFEST = {m["name"]: m for m in tomllib.load(f)["model"]}
 PHOTOBOOTH_MODELS = {"modnet"}
@@ -280,6 +280,10 @@ def idle_rss(server):
     return round(rss_kib(server.pid, "VmRSS") / 1024)
 
 
+def p50_of(by_server):
+    return {key: median([r["p50_s"] for r in runs]) for key, runs in by_server.items()}
+
+
 def ratio(a, b):
     return round(a / b, 2) if a and b else None
 
@@ -289,8 +293,6 @@ def measure_cell(cell, images, args, python):
     rows = []
     model, concurrency = cell["model"], cell["concurrency"]
     for engine in args.engines.split(","):
-        if engine == "tract" and MANIFEST[model].get("int8"):
-            continue
         server = Cutout(engine, model)
         try:
             rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
@@ -403,10 +405,20 @@ def report(rows, extra, args, seconds):
     engines = args.engines.split(",")
     if {"tract", "onnxruntime"} <= set(engines):
         lines += ["", "| model | image | conc | tract / onnxruntime p50 |", "|---|---|---|---|"]
-        p50 = {key: median([r["p50_s"] for r in runs]) for key, runs in by_server.items()}
+        p50 = p50_of(by_server)
         for (m, s, c, label), value in p50.items():
             if label == "cutout tract" and (m, s, c, "cutout onnxruntime") in p50:
                 lines.append(f"| {m} | {s} | {c} | {ratio(value, p50[(m, s, c, 'cutout onnxruntime')])} |")
+    variants = [(m, s, c, label, value) for (m, s, c, label), value in p50_of(by_server).items()
+                if MANIFEST.get(m, {}).get("variant_of")]
+    if variants:
+        lines += ["", "| model | image | conc | server | p50 / the model it is a variant of |",
+                  "|---|---|---|---|---|"]
+        p50 = p50_of(by_server)
+        for m, s, c, label, value in variants:
+            of = (MANIFEST[m]["variant_of"], s, c, label)
+            if of in p50:
+                lines.append(f"| {m} | {s} | {c} | {label} | {ratio(value, p50[of])} |")
     lines += ["", "```", json.dumps(extra, indent=1), "```"]
     head = (f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
             f"`python3 bench/bench.py {' '.join(sys.argv[1:])}` ({seconds / 60:.0f} min)")

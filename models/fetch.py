@@ -136,13 +136,14 @@ def npm_chunks(tgz, ref):
         yield blobs[f"{base}/{c['hash']}"]
 
 
-def quantized(model, source, models_dir, cache):
-    """A model made from another by models/quantize.py, read back in blocks."""
+def quantized(model, source, models_dir, cache, engine="onnxruntime"):
+    """A model made from another by models/quantize.py in `engine`'s
+    format, read back in blocks."""
     get(source, models_dir, cache, None)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         out = Path(tmp) / model["file"]
         r = subprocess.run([sys.executable, HERE / "quantize.py", "--source", models_dir / source["file"],
-                            "--out", out, "--cache", cache])
+                            "--out", out, "--cache", cache, "--engine", engine])
         if r.returncode != 0:
             raise FetchError(f"{model['name']}: models/quantize.py failed (exit {r.returncode})")
         yield from file_blocks(out)
@@ -157,17 +158,23 @@ def fetch(model, models_dir, cache, models=None):
     """The model's file, then what each engine loads of it."""
     get(model, models_dir, cache, models)
     for engine, sha256 in model.get("prepared", {}).items():
-        prepare(model, engine, sha256, models_dir, cache)
+        prepare(model, engine, sha256, models_dir, cache, models)
 
 
-def prepare(model, engine, sha256, models_dir, cache):
+def prepare(model, engine, sha256, models_dir, cache, models):
     """<name>.<engine>.onnx: the model's file as models/prepare.py rewrites
-    it for `engine`, in the pinned tools' venv."""
+    it for `engine`, in the pinned tools' venv; for tract, a quantised
+    model's is quantised anew from its source in tract's format."""
     dest = models_dir / prepared_file(model, engine)
     if dest.exists() and sha256_file(dest) == sha256:
         print(f"ok   {dest.name} (already present)")
         return
     exe = venv_python(cache)
+    if model["source"]["client"] == "quantize" and engine == "tract":
+        source = models[model["source"]["from"]]
+        install(dest, quantized(model, source, models_dir, cache, engine), sha256)
+        print(f"ok   {dest.name} quantised for {engine} ({dest.stat().st_size / 1e6:.1f} MB)")
+        return
 
     def blocks():
         with tempfile.TemporaryDirectory(dir=cache) as tmp:

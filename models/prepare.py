@@ -20,8 +20,9 @@ an upsample to the size of the tensor it is joined to, or of the input for
 the output's own, as IS-Net's PyTorch source (`_upsample_like(src, tar)`)
 has it: its file only runs at 1024x1024, the graph itself at any size.
 U2NetP's export already takes its upsample sizes from the shapes at run
-time. The int8 IS-Net stays at its file's size: its quantiser folded the
-sizes into constants, and it lost quality at other sizes.
+time. ONNX Runtime's int8 IS-Net stays at its file's size: its quantiser
+folded the sizes into constants, and it lost quality at other sizes.
+tract's is quantised from the graph this rewrite made (models/quantize.py).
 
 For ONNX Runtime, so that it runs what tract runs and nothing more:
 - Only the first output is kept, with the nodes it needs. IS-Net also

@@ -2,6 +2,8 @@
 """Quantise IS-Net to int8, reproducibly: the same bytes from the same inputs.
 
     python3 models/quantize.py --source models/isnet.onnx --out models/isnet-int8.onnx
+    python3 models/quantize.py --engine tract --source models/isnet.onnx \
+        --out models/isnet-int8.tract.onnx
 
 `make quantize` (models/fetch.py isnet-int8) runs this and checks the result
 against the sha256 in models/manifest.toml. It runs in the venv of pinned
@@ -19,6 +21,13 @@ The recipe, and why (BENCHMARKS.md, "int8 IS-Net"):
   no better and took 21 GB of memory; MinMax takes about 6 GB.
 - U2NetP and MODNet lost most of their quality under the same recipe, so
   only IS-Net has an int8 variant.
+- For tract (`--engine tract`), the convolutions alone, in the QOperator
+  format (QuantizeLinear, QLinearConv, DequantizeLinear), everything else in
+  f32: tract-planned's QConv runs each such triple as one int8 convolution
+  between f32 tensors. tract runs a QDQ graph's convolutions in f32, with
+  the quantisations around them added (BENCHMARKS.md, "int8 on tract").
+  Quantised from the graph made to run at any size (models/prepare.py), it
+  runs at the photo's aspect as isnet does, where it kept isnet's quality.
 """
 import argparse, subprocess, sys, zipfile
 from pathlib import Path
@@ -51,7 +60,7 @@ def widened(model):
     return model
 
 
-def quantize(source, out, wheel, scratch):
+def quantize(source, out, wheel, scratch, engine):
     """Runs inside the pinned venv."""
     import io
     import numpy as np
@@ -63,6 +72,9 @@ def quantize(source, out, wheel, scratch):
 
     f32, prepared = scratch / "f32.onnx", scratch / "prepared.onnx"
     model = widened(onnx.load(source))
+    if engine == "tract":
+        from prepare import fit_input
+        fit_input(model.graph, None)  # at the photo's aspect, as isnet on tract
     input_name = model.graph.input[0].name
     onnx.save(model, f32)
     del model  # 176 MB that calibration does not need
@@ -83,7 +95,9 @@ def quantize(source, out, wheel, scratch):
         def get_next(self):
             return next(self.left, None)
 
-    quantize_static(str(prepared), str(out), Photos(), quant_format=QuantFormat.QDQ,
+    for_tract = {"quant_format": QuantFormat.QOperator, "op_types_to_quantize": ["Conv"]}
+    quantize_static(str(prepared), str(out), Photos(),
+                    **(for_tract if engine == "tract" else {"quant_format": QuantFormat.QDQ}),
                     per_channel=True, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
                     extra_options={"CalibMovingAverage": True})
@@ -93,18 +107,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", type=Path, required=True, help="isnet.onnx, as fetched")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--engine", choices=["onnxruntime", "tract"], default="onnxruntime",
+                    help="the engine whose format to write")
     ap.add_argument("--cache", type=Path, default=default_cache())
     ap.add_argument("--in-venv", type=Path, help=argparse.SUPPRESS)  # the calibration wheel
     args = ap.parse_args()
     if args.in_venv:
         import tempfile
         with tempfile.TemporaryDirectory() as scratch:
-            quantize(args.source, args.out, args.in_venv, Path(scratch))
+            quantize(args.source, args.out, args.in_venv, Path(scratch), args.engine)
         return
     wheel = calibration_wheel(args.cache)
     exe = venv_python(args.cache)
     subprocess.run([exe, __file__, "--source", args.source, "--out", args.out,
-                    "--in-venv", wheel], check=True)
+                    "--engine", args.engine, "--in-venv", wheel], check=True)
 
 
 if __name__ == "__main__":

@@ -118,8 +118,7 @@ impl Row {
 }
 
 /// The pairs to measure, cheapest first, so that a short budget still
-/// measures the small models: ONNX Runtime before tract, int8 only on
-/// ONNX Runtime.
+/// measures the small models: ONNX Runtime before tract.
 pub fn pairs(models: &[String], onnxruntime: bool) -> Vec<(String, EngineKind)> {
     let mut engines = vec![EngineKind::Tract];
     if onnxruntime {
@@ -135,7 +134,6 @@ pub fn pairs(models: &[String], onnxruntime: bool) -> Vec<(String, EngineKind)> 
     models
         .into_iter()
         .flat_map(|m| engines.iter().map(move |e| (m.clone(), *e)))
-        .filter(|(m, e)| !(m.ends_with("-int8") && *e == EngineKind::Tract))
         .collect()
 }
 
@@ -311,7 +309,7 @@ pub fn measure_one(
     // As `type=auto` serves it, with the views it blends. Every other type
     // is this model too, so the second opinion, which only some photos ask
     // for, never runs.
-    let mut models = Manifest::builtin().models_for(Some(model), true)?;
+    let mut models = Manifest::builtin().models_for(Some(model), true, engine)?;
     models.person = models.auto.clone();
     models.general = models.auto.clone();
     let loader = Loader {
@@ -402,11 +400,12 @@ mod tests {
                 "u2netp/onnxruntime",
                 "u2netp/tract",
                 "isnet-int8/onnxruntime",
+                "isnet-int8/tract",
                 "isnet/onnxruntime",
                 "isnet/tract"
             ]
         );
-        assert_eq!(pairs(&models, false).len(), 2, "no int8 on tract");
+        assert_eq!(pairs(&models, false).len(), 3);
     }
 
     #[test]

@@ -41,7 +41,7 @@ enum Command {
         /// The address to serve on [env: CUTOUT_LISTEN; default: 127.0.0.1:8080].
         #[arg(long)]
         listen: Option<String>,
-        /// A model from the manifest: isnet, isnet-int8 (onnxruntime only), modnet, u2netp [env: CUTOUT_MODEL].
+        /// A model from the manifest: isnet, isnet-int8, modnet, u2netp [env: CUTOUT_MODEL].
         #[arg(long)]
         model: Option<String>,
         /// tract (built in) or onnxruntime (faster; `make onnxruntime`) [env: CUTOUT_ENGINE; default: tract].
@@ -231,7 +231,8 @@ fn settings(cli: &Cli) -> Result<Settings> {
 }
 
 /// Where ONNX Runtime crashed the last starts, this one serves with tract
-/// (engine/trial.rs), an int8 model with the f32 one it was made from.
+/// (engine/trial.rs); an int8 model whose tract file is not installed, with
+/// the f32 one it was made from.
 fn fall_back_from_a_crashing_onnxruntime(settings: &mut Settings) {
     if settings.engine.kind != EngineKind::Onnxruntime {
         return;
@@ -243,7 +244,7 @@ fn fall_back_from_a_crashing_onnxruntime(settings: &mut Settings) {
     settings.engine.kind = EngineKind::Tract;
     let manifest = Manifest::builtin();
     if let Some(spec) = manifest.model(settings.model.as_deref()) {
-        if spec.int8 {
+        if spec.int8 && !spec.installed_for(EngineKind::Tract, &settings.models_dir) {
             settings.model = spec.variant_of.clone();
         }
     }
@@ -506,8 +507,11 @@ fn remove(
             output.display()
         );
     }
-    let models =
-        Manifest::builtin().models_for(settings.model.as_deref(), settings.general_fits())?;
+    let models = Manifest::builtin().models_for(
+        settings.model.as_deref(),
+        settings.general_fits(),
+        settings.engine.kind,
+    )?;
     let loader = Loader {
         models_dir: settings.models_dir.clone(),
         engine: settings.engine.clone(),

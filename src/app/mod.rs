@@ -99,7 +99,11 @@ impl AppState {
         tls: Option<TlsInfo>,
     ) -> Result<Arc<AppState>> {
         let manifest = Manifest::builtin();
-        let models = manifest.models_for(settings.model.as_deref(), settings.general_fits())?;
+        let models = manifest.models_for(
+            settings.model.as_deref(),
+            settings.general_fits(),
+            settings.engine.kind,
+        )?;
         let store = store::open(&settings.store, &settings.data_dir)
             .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
         let pipeline = match engine {

@@ -54,6 +54,9 @@ pub struct ModelSpec {
     pub prepared: Prepared,
     pub license: String,
     pub input: InputSpec,
+    /// `input` on tract, where tract's file runs at another geometry.
+    #[serde(default)]
+    pub tract_input: Option<InputSpec>,
     /// How the photo is shrunk to the input: the filter the model was
     /// trained with suits it best (`make eval`).
     #[serde(default)]
@@ -66,9 +69,9 @@ pub struct ModelSpec {
     pub levels: Option<[f32; 2]>,
     /// Stored in fp16: both engines run it in f32.
     pub fp16: bool,
-    /// Quantised to int8 (`make quantize`) for ONNX Runtime. tract runs it
-    /// no faster than the f32 model and rounds its integers differently,
-    /// so only the onnxruntime engine loads it.
+    /// Quantised to int8 (`make quantize`): each engine's file in the
+    /// format it runs fast (models/quantize.py), so the engines' mattes are
+    /// not compared value for value.
     #[serde(default)]
     pub int8: bool,
     /// `type=auto` asks the `person` model too where this one is unsure of
@@ -91,7 +94,7 @@ pub struct ModelSpec {
     pub variant_of: Option<String>,
 }
 
-/// The sha256 of the file each engine loads; tract has none for the int8 model.
+/// The sha256 of the file each engine loads; a model may have none for tract.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Prepared {
     #[serde(default)]
@@ -109,6 +112,15 @@ impl ModelSpec {
         };
         let stem = self.file.strip_suffix(".onnx").unwrap_or(&self.file);
         Some((format!("{stem}.{engine}.onnx"), sha256))
+    }
+
+    /// This model as `engine` runs it: its input there.
+    pub fn on(&self, engine: EngineKind) -> ModelSpec {
+        let mut spec = self.clone();
+        if let (EngineKind::Tract, Some(input)) = (engine, self.tract_input) {
+            spec.input = input;
+        }
+        spec
     }
 
     /// Whether the file `engine` loads is in `models_dir`.
@@ -229,11 +241,17 @@ impl Manifest {
         })
     }
 
-    /// The models for each `type`, with `auto` the one named (or the
-    /// default). With `isnet-int8` configured, `type=general` runs it too,
-    /// not a second IS-Net; so does any configured model where the board
-    /// has no room for the general model beside it (`general_fits`).
-    pub fn models_for(&self, auto: Option<&str>, general_fits: bool) -> anyhow::Result<Models> {
+    /// The models for each `type` as `engine` runs them, with `auto` the
+    /// one named (or the default). With `isnet-int8` configured,
+    /// `type=general` runs it too, not a second IS-Net; so does any
+    /// configured model where the board has no room for the general model
+    /// beside it (`general_fits`).
+    pub fn models_for(
+        &self,
+        auto: Option<&str>,
+        general_fits: bool,
+        engine: EngineKind,
+    ) -> anyhow::Result<Models> {
         let auto = self.require(auto)?;
         let pick = |name: &str| match &auto.variant_of {
             Some(of) if of == name => Ok(auto),
@@ -242,11 +260,11 @@ impl Manifest {
         };
         let blended = auto.blend.iter().flat_map(|b| &b.models);
         Ok(Models {
-            auto: auto.clone(),
-            person: pick(&self.person)?.clone(),
-            general: pick(&self.general)?.clone(),
+            auto: auto.on(engine),
+            person: pick(&self.person)?.on(engine),
+            general: pick(&self.general)?.on(engine),
             blended: blended
-                .map(|name| self.require(Some(name)).cloned())
+                .map(|name| Ok(self.require(Some(name))?.on(engine)))
                 .collect::<anyhow::Result<_>>()?,
         })
     }
@@ -295,13 +313,22 @@ mod tests {
             Filter::Bilinear
         );
         assert_eq!(m.model(None).unwrap().input_filter, Filter::CatmullRom);
-        let models = m.models_for(Some("u2netp"), true).unwrap();
+        let models = m
+            .models_for(Some("u2netp"), true, EngineKind::Tract)
+            .unwrap();
         assert!(models.blended.is_empty(), "U2NetP runs alone");
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["u2netp", "modnet", "isnet"]
         );
-        let models = m.models_for(Some("isnet-int8"), true).unwrap();
+        let models = m
+            .models_for(Some("isnet-int8"), true, EngineKind::Tract)
+            .unwrap();
+        // tract's int8 file runs at the photo's aspect, ONNX Runtime's on the square.
+        assert!(models.auto.input.fixed_size().is_none());
+        let on_onnxruntime = m.models_for(Some("isnet-int8"), true, EngineKind::Onnxruntime);
+        let input = on_onnxruntime.unwrap().auto.input;
+        assert_eq!(input.fixed_size(), Some((1024, 1024)));
         let blended: Vec<_> = models.blended.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(blended, ["u2netp"], "IS-Net's views average in U2NetP's");
         assert_eq!(
@@ -309,7 +336,9 @@ mod tests {
             ["isnet-int8", "modnet", "isnet-int8"]
         );
         // A small board: MODNet fits beside U2NetP, IS-Net does not.
-        let models = m.models_for(Some("u2netp"), false).unwrap();
+        let models = m
+            .models_for(Some("u2netp"), false, EngineKind::Tract)
+            .unwrap();
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["u2netp", "modnet", "u2netp"]

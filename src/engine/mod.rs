@@ -76,9 +76,9 @@ pub struct EngineChoice {
 pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Result<Arc<dyn Engine>> {
     let Some((file, sha256)) = spec.prepared_for(choice.kind) else {
         bail!(
-            "{} is quantised for the onnxruntime engine: use `--engine onnxruntime`, \
-             or the f32 model on tract",
-            spec.name
+            "{} has no file for the {} engine (models/manifest.toml)",
+            spec.name,
+            choice.kind
         );
     };
     let path = models_dir.join(file);
