@@ -51,7 +51,9 @@ pub struct BoardDefaults {
 /// What is installed beside the binary, as far as the rule cares.
 pub struct Installed {
     pub onnxruntime: bool,
+    /// isnet-int8's file for each engine.
     pub isnet_int8: bool,
+    pub isnet_int8_on_tract: bool,
 }
 
 impl Installed {
@@ -60,12 +62,15 @@ impl Installed {
         let library = onnxruntime_library
             .map(Path::to_path_buf)
             .unwrap_or_else(|| models_dir.join(&manifest.onnxruntime.file));
-        let isnet_int8 = manifest
-            .model(Some("isnet-int8"))
-            .is_some_and(|spec| spec.installed_for(EngineKind::Onnxruntime, models_dir));
+        let isnet_int8 = |engine| {
+            manifest
+                .model(Some("isnet-int8"))
+                .is_some_and(|spec| spec.installed_for(engine, models_dir))
+        };
         Installed {
             onnxruntime: manifest.onnxruntime.sha256_here().is_some() && library.is_file(),
-            isnet_int8,
+            isnet_int8: isnet_int8(EngineKind::Onnxruntime),
+            isnet_int8_on_tract: isnet_int8(EngineKind::Tract),
         }
     }
 }
@@ -127,26 +132,22 @@ impl Board {
             }
             _ => None,
         };
-        if let Some(why) = tract_why {
-            return BoardDefaults {
-                model: "isnet",
-                engine: EngineKind::Tract,
-                upload_buffer_mib: None,
-                isnet_fits: true,
-                why: why.into(),
-            };
-        }
-        let (model, int8) = match (self.int8_dot_product, installed.isnet_int8) {
+        let (engine, int8_installed) = match tract_why {
+            Some(_) => (EngineKind::Tract, installed.isnet_int8_on_tract),
+            None => (EngineKind::Onnxruntime, installed.isnet_int8),
+        };
+        let (model, int8) = match (self.int8_dot_product, int8_installed) {
             (true, true) => ("isnet-int8", "the CPU has int8 dot products: isnet-int8"),
             (true, false) => ("isnet", "isnet (isnet-int8 is not installed)"),
             (false, _) => ("isnet", "no int8 dot products on this CPU: isnet"),
         };
+        let room = tract_why.unwrap_or("room for IS-Net, on onnxruntime");
         BoardDefaults {
             model,
-            engine: EngineKind::Onnxruntime,
+            engine,
             upload_buffer_mib: None,
             isnet_fits: true,
-            why: format!("room for IS-Net, on onnxruntime; {int8}"),
+            why: format!("{room}; {int8}"),
         }
     }
 }
@@ -282,6 +283,7 @@ mod tests {
     const EVERYTHING: Installed = Installed {
         onnxruntime: true,
         isnet_int8: true,
+        isnet_int8_on_tract: true,
     };
 
     #[test]
@@ -308,18 +310,30 @@ mod tests {
         let without_int8 = Installed {
             onnxruntime: true,
             isnet_int8: false,
+            isnet_int8_on_tract: true,
         };
         assert_eq!(pick(board(4096, true), &without_int8).0, "isnet");
         let tract_only = Installed {
             onnxruntime: false,
             isnet_int8: true,
+            isnet_int8_on_tract: true,
         };
         assert_eq!(
             pick(board(4096, true), &tract_only),
+            ("isnet-int8", EngineKind::Tract, None, true)
+        );
+        assert_eq!(
+            pick(board(4096, false), &tract_only),
             ("isnet", EngineKind::Tract, None, true)
         );
-        // tract configured: the f32 model it runs, not the int8 one it cannot.
+        // tract configured: its own int8 file, where it is installed.
         let d = board(4096, true).defaults(&EVERYTHING, Some(EngineKind::Tract));
+        assert_eq!((d.model, d.engine), ("isnet-int8", EngineKind::Tract));
+        let without_tracts_int8 = Installed {
+            isnet_int8_on_tract: false,
+            ..EVERYTHING
+        };
+        let d = board(4096, true).defaults(&without_tracts_int8, Some(EngineKind::Tract));
         assert_eq!((d.model, d.engine), ("isnet", EngineKind::Tract));
         let d = board(512, true).defaults(&EVERYTHING, Some(EngineKind::Tract));
         assert_eq!(d.model, "u2netp");

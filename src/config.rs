@@ -464,6 +464,7 @@ mod tests {
         let everything = crate::board::Installed {
             onnxruntime: true,
             isnet_int8: true,
+            isnet_int8_on_tract: true,
         };
         let defaults = small.defaults(&everything, None);
         let file = Config::parse_str("model = \"modnet\"\n").unwrap();

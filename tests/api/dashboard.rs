@@ -805,6 +805,7 @@ fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() 
     let installed = Installed {
         onnxruntime: true,
         isnet_int8: false,
+        isnet_int8_on_tract: false,
     };
     let defaults = board.defaults(&installed, None);
     let app = spawn_app_with(cutout::EngineSource::Ready(u2netp()), |s| {
