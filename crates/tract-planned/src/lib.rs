@@ -233,8 +233,6 @@ fn wire_conv(
     dilations: [usize; 2],
     group: usize,
 ) -> OutletId {
-    use tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec, PoolSpec};
-    use tract_core::ops::nn::DataFormat;
     let fact = model.outlet_fact(x).unwrap().clone();
     let inputs = fact.shape.as_concrete().unwrap()[1];
     let weights: Vec<f32> = (0..outputs * inputs / group * kernel[0] * kernel[1])
@@ -250,7 +248,24 @@ fn wire_conv(
     let name = format!("conv{}", model.nodes.len());
     let weights = model.add_const(format!("{name}.weights"), weights).unwrap();
     let bias = model.add_const(format!("{name}.bias"), bias).unwrap();
-    let conv = Conv {
+    let conv = conv_op(inputs, outputs, kernel, padding, strides, dilations, group);
+    model.wire_node(name, conv, &[x, weights, bias]).unwrap()[0]
+}
+
+/// An NCHW convolution in f32, with `padding` on every side.
+#[cfg(test)]
+fn conv_op(
+    inputs: usize,
+    outputs: usize,
+    kernel: [usize; 2],
+    padding: usize,
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    group: usize,
+) -> tract_core::ops::cnn::Conv {
+    use tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec, PoolSpec};
+    use tract_core::ops::nn::DataFormat;
+    Conv {
         pool_spec: PoolSpec {
             data_format: DataFormat::NCHW,
             kernel_shape: kernel[..].into(),
@@ -263,8 +278,7 @@ fn wire_conv(
         kernel_fmt: KernelFormat::OIHW,
         group,
         q_params: None,
-    };
-    model.wire_node(name, conv, &[x, weights, bias]).unwrap()[0]
+    }
 }
 
 /// Asserts that `planned` is `tract`'s output to the bit.

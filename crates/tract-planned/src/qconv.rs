@@ -4,10 +4,11 @@
 //! around each convolution, f32 everywhere else. tract plans each as about
 //! twelve operators: its im2col, the sums for the zero points, the
 //! requantisation to u8 and back (scale, add, min, max, cast), most on one
-//! core, and its int8 matrix product on the kernel it picks for a core with
-//! one 512-bit multiplier, Zen 4's included, the narrow one. That plan ran
-//! IS-Net at 1024² in 9.3 s against 1.8 s for f32 (cutout's
-//! BENCHMARKS.md, "int8 on tract").
+//! core, and its int8 matrix product on the kernel it picks where it finds
+//! one 512-bit multiplier, the narrow 8 × 8, which ran at a third to a
+//! sixth of the 16 × 16's speed on the Xeon measured. That plan ran IS-Net
+//! at 1024² in 9.3 s against 1.8 s for f32 (cutout's BENCHMARKS.md, "int8
+//! on tract").
 //!
 //! `QConv` takes the f32 input (the inputs of a Concat made only for it,
 //! joined on the channel axis), quantises it once into a plane with the
@@ -742,8 +743,8 @@ mod kernel {
     }
 
     /// The CPU's own instruction set, not tract's edited one: cutout has
-    /// tract leave AVX-512 out on Zen 4 for its f32 kernels, where the
-    /// int8 ones gain from it (BENCHMARKS.md, "int8 on tract").
+    /// tract leave AVX-512 out on Zen 4 for its f32 kernels
+    /// (`prefer_avx2_on_zen4`); the int8 kernel is chosen by its own time.
     fn hardware() -> tract_linalg::isa::IsaSet {
         #[cfg(target_arch = "x86_64")]
         return tract_linalg::x86_64::isa_set();
@@ -816,7 +817,6 @@ mod kernel {
 mod tests {
     use super::*;
     use crate::tract_and_planned;
-    use tract_core::ops::cnn::{PaddingSpec, PoolSpec};
     use tract_core::ops::math::max;
     use tract_core::ops::quant::quantize_linear_u8;
 
@@ -868,18 +868,8 @@ mod tests {
             constant("y_scale", tensor0(OUTPUT_SCALE)),
         ];
         let conv = Conv {
-            pool_spec: PoolSpec {
-                data_format: DataFormat::NCHW,
-                kernel_shape: kernel[..].into(),
-                padding: PaddingSpec::Explicit(tvec![padding; 2], tvec![padding; 2]),
-                dilations: Some(dilations[..].into()),
-                strides: Some(strides[..].into()),
-                input_channels: inputs,
-                output_channels: outputs,
-            },
-            kernel_fmt: KernelFormat::OIHW,
-            group: 1,
             q_params: Some(u8::datum_type()),
+            ..crate::conv_op(inputs, outputs, kernel, padding, strides, dilations, 1)
         };
         let mut wires = vec![x];
         wires.extend(params);
