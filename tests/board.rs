@@ -478,6 +478,43 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
     }
 }
 
+/// IS-Net in int8 on tract: tract-planned's int8 convolutions run on the
+/// A53's SMLAL kernel (rows side by side) and the A76's SDOT kernel (four
+/// rows of a column side by side); their sums are exact, so the matte is
+/// x86's (measured: identical).
+#[test]
+#[ignore = "make test-board"]
+fn int8_isnet_on_tract_gives_the_x86_matte_on_the_a53_and_the_a76() {
+    let dir = tempfile::tempdir().unwrap();
+    let [strip, _] = request_photos(dir.path());
+    let reference = x86_cut_out(
+        &strip,
+        "isnet-int8",
+        "tract",
+        "general",
+        &dir.path().join("x86.png"),
+    );
+    for cpu in ["cortex-a53", "cortex-a76"] {
+        let out = dir.path().join(format!("{cpu}.png"));
+        let status = qemu()
+            .args(["-cpu", cpu])
+            .arg(board_binary())
+            .arg("--models-dir")
+            .arg(board_models())
+            .args(["remove", "--model", "isnet-int8", "--engine", "tract"])
+            .args(["--type", "general"])
+            .arg(&strip)
+            .arg(&out)
+            .env("RUST_LOG", "warn")
+            .status()
+            .unwrap();
+        assert!(status.success(), "{cpu}: {status}");
+        let cut = image::open(&out).unwrap().into_rgba8();
+        let what = format!("{cpu} isnet-int8 on tract");
+        assert_close("tract", &what, alpha_difference(&cut, &reference));
+    }
+}
+
 #[test]
 #[ignore = "make test-board"]
 fn onnxruntime_runs_on_the_a53_and_the_a72() {
