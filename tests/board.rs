@@ -487,32 +487,13 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
 fn int8_isnet_on_tract_gives_the_x86_matte_on_the_a53_and_the_a76() {
     let dir = tempfile::tempdir().unwrap();
     let [strip, _] = request_photos(dir.path());
-    let reference = x86_cut_out(
+    let cpus = ["cortex-a53", "cortex-a76"];
+    matches_x86_on(
+        &cpus,
         &strip,
-        "isnet-int8",
-        "tract",
-        "general",
-        &dir.path().join("x86.png"),
+        ["isnet-int8", "tract", "general"],
+        dir.path(),
     );
-    for cpu in ["cortex-a53", "cortex-a76"] {
-        let out = dir.path().join(format!("{cpu}.png"));
-        let status = qemu()
-            .args(["-cpu", cpu])
-            .arg(board_binary())
-            .arg("--models-dir")
-            .arg(board_models())
-            .args(["remove", "--model", "isnet-int8", "--engine", "tract"])
-            .args(["--type", "general"])
-            .arg(&strip)
-            .arg(&out)
-            .env("RUST_LOG", "warn")
-            .status()
-            .unwrap();
-        assert!(status.success(), "{cpu}: {status}");
-        let cut = image::open(&out).unwrap().into_rgba8();
-        let what = format!("{cpu} isnet-int8 on tract");
-        assert_close("tract", &what, alpha_difference(&cut, &reference));
-    }
 }
 
 #[test]
@@ -521,30 +502,33 @@ fn onnxruntime_runs_on_the_a53_and_the_a72() {
     // The A72 board's defaults already run it; U2NetP here keeps it short.
     let dir = tempfile::tempdir().unwrap();
     let photo = root().join("../shared/eval/dev/grabcut/images/106024.jpg");
-    let reference = x86_cut_out(
-        &photo,
-        "u2netp",
-        "onnxruntime",
-        "auto",
-        &dir.path().join("x86.png"),
-    );
-    for cpu in ["cortex-a53", "cortex-a72"] {
-        let out = dir.path().join(format!("{cpu}.png"));
+    let cpus = ["cortex-a53", "cortex-a72"];
+    matches_x86_on(&cpus, &photo, ["u2netp", "onnxruntime", "auto"], dir.path());
+}
+
+/// `cutout remove` of `photo` with `[model, engine, type]` on each of the
+/// emulated `cpus` gives the x86 build's matte (`assert_close`).
+fn matches_x86_on(cpus: &[&str], photo: &Path, [model, engine, subject]: [&str; 3], dir: &Path) {
+    let reference = x86_cut_out(photo, model, engine, subject, &dir.join("x86.png"));
+    for cpu in cpus {
+        let out = dir.join(format!("{cpu}.png"));
         let status = qemu()
             .args(["-cpu", cpu])
             .arg(board_binary())
             .arg("--models-dir")
             .arg(board_models())
-            .args(["remove", "--model", "u2netp", "--engine", "onnxruntime"])
-            .arg(&photo)
+            .args([
+                "remove", "--model", model, "--engine", engine, "--type", subject,
+            ])
+            .arg(photo)
             .arg(&out)
             .env("RUST_LOG", "warn")
             .status()
             .unwrap();
         assert!(status.success(), "{cpu}: {status}");
         let cut = image::open(&out).unwrap().into_rgba8();
-        let what = format!("{cpu} u2netp on onnxruntime");
-        assert_close("onnxruntime", &what, alpha_difference(&cut, &reference));
+        let what = format!("{cpu} {model} on {engine}");
+        assert_close(engine, &what, alpha_difference(&cut, &reference));
     }
 }
 
