@@ -123,7 +123,7 @@ fn remove_on_tract_without_a_model_runs_the_boards_model_on_tract() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let model = if int8_dot_product() {
+    let model = if cutout::board::Board::detect().int8_dot_product {
         "isnet-int8"
     } else {
         "isnet"
@@ -131,16 +131,6 @@ fn remove_on_tract_without_a_model_runs_the_boards_model_on_tract() {
     let loaded = format!("model {model} loaded on tract");
     assert!(stderr.contains(&loaded), "{stderr}");
     assert!(image::open(&output).is_ok());
-}
-
-fn int8_dot_product() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return std::arch::is_x86_feature_detected!("avx512vnni")
-        || std::arch::is_x86_feature_detected!("avxvnni");
-    #[cfg(target_arch = "aarch64")]
-    return std::arch::is_aarch64_feature_detected!("dotprod");
-    #[allow(unreachable_code)]
-    false
 }
 
 #[test]

@@ -174,6 +174,40 @@ fn read_once(model: &TypedModel, outlet: OutletId) -> TractResult<bool> {
     Ok(model.outlet_successors(outlet).len() == 1 && !model.output_outlets()?.contains(&outlet))
 }
 
+/// The output of the ReLU (`max(x, 0)`, its zero a constant second, as
+/// tract wires it) that alone reads `outlet`, if one does.
+fn lone_relu(model: &TypedModel, outlet: OutletId) -> TractResult<Option<OutletId>> {
+    use tract_core::ops::binary::TypedBinOp;
+    use tract_core::ops::math::Max;
+    let [reader] = model.outlet_successors(outlet) else {
+        return Ok(None);
+    };
+    let node = model.node(reader.node);
+    let relu = OutletId::new(node.id, 0);
+    let is_max = node
+        .op_as::<TypedBinOp>()
+        .is_some_and(|op| op.0.is::<Max>());
+    let zero = node
+        .inputs
+        .get(1)
+        .and_then(|&zero| model.outlet_fact(zero).ok()?.konst.clone());
+    let zero = zero.is_some_and(|zero| {
+        zero.datum_type() == f32::datum_type()
+            && zero.try_as_plain_ram().is_ok_and(|plain| {
+                plain
+                    .as_slice::<f32>()
+                    .is_ok_and(|values| values.iter().all(|&v| v == 0.0))
+            })
+    });
+    let found = is_max
+        && zero
+        && node.inputs.len() == 2
+        && node.inputs[0] == outlet
+        && !model.output_outlets()?.contains(&outlet)
+        && model.outlet_fact(relu)?.shape == model.outlet_fact(outlet)?.shape;
+    Ok(found.then_some(relu))
+}
+
 /// `model`'s output on an input of `shape` as tract plans it, and after
 /// `plan` put cutout's operators in; and how many `plan` put in.
 #[cfg(test)]

@@ -10,14 +10,14 @@
 //! in f64 here, in f32 in another order by tract, so they differ from
 //! tract's in the last bits.
 
-use super::patch_each;
 use super::planes::plane_by_plane;
+use super::{lone_relu, patch_each};
 use std::mem::MaybeUninit;
 use tract_core::internal::*;
 use tract_core::ops::array::{Slice, TypedConcat};
 use tract_core::ops::binary::{BinMiniOp, TypedBinOp};
 use tract_core::ops::element_wise::ElementWiseOp;
-use tract_core::ops::math::{Add, Max, Mul, Rsqrt, Sub};
+use tract_core::ops::math::{Add, Mul, Rsqrt, Sub};
 use tract_core::ops::nn::{Reduce, Reducer};
 
 /// Puts a `PlannedNorm` in place of every Concat on the channel axis of
@@ -53,16 +53,7 @@ fn planned_norm(model: &TypedModel, node: &TypedNode) -> TractResult<Option<Type
         return Ok(None);
     };
     let joined = OutletId::new(node.id, 0);
-    let relu = match model.outlet_successors(joined) {
-        [only] if !model.output_outlets()?.contains(&joined) => {
-            let relu = OutletId::new(only.node, 0);
-            let same_shape = model.outlet_fact(relu)?.shape == model.outlet_fact(joined)?.shape;
-            with_constant::<Max>(model, relu)
-                .filter(|(input, zero)| *input == joined && is_all(zero, 0.0) && same_shape)
-                .map(|_| only.node)
-        }
-        _ => None,
-    };
+    let relu = lone_relu(model, joined)?.map(|relu| relu.node);
     let planned = PlannedNorm {
         inputs: shapes,
         norms,

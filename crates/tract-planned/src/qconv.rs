@@ -20,15 +20,13 @@
 //! convolution's output scale and back: that rounding is the next
 //! convolution's own quantisation's, or lost, for what reads it in f32.
 
-use super::read_once;
+use super::{lone_relu, read_once};
 use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
 use tract_core::internal::*;
 use tract_core::ops::array::TypedConcat;
-use tract_core::ops::binary::TypedBinOp;
 use tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_core::ops::element_wise::ElementWiseOp;
-use tract_core::ops::math::Max;
 use tract_core::ops::nn::DataFormat;
 use tract_core::ops::quant::{DequantizeLinearF32, QuantizeLinearU8};
 use tract_linalg::mmm::{AsInputValue, EagerPackedInput, FusedSpec, MMMInputValue};
@@ -135,24 +133,6 @@ fn reroute(model: &mut TypedModel, from: OutletId, to: OutletId) -> TractResult<
     Ok(())
 }
 
-/// The output of the ReLU (`max(x, 0)`) that alone reads `outlet`, if one does.
-fn lone_relu(model: &TypedModel, outlet: OutletId) -> TractResult<Option<OutletId>> {
-    let readers = model.outlet_successors(outlet);
-    if readers.len() != 1 || model.output_outlets()?.contains(&outlet) {
-        return Ok(None);
-    }
-    let node = model.node(readers[0].node);
-    let is_max = node
-        .op_as::<TypedBinOp>()
-        .is_some_and(|op| op.0.is::<Max>());
-    let zero = node.inputs.iter().find(|&&input| input != outlet);
-    let zero = zero.and_then(|input| model.outlet_fact(*input).ok()?.konst.clone());
-    let zero = zero.is_some_and(|zero| {
-        zero.len() == 1 && zero.cast_to_scalar::<f32>().is_ok_and(|zero| zero == 0.0)
-    });
-    Ok((is_max && zero && node.inputs.len() == 2).then(|| OutletId::new(node.id, 0)))
-}
-
 /// A quantised convolution's geometry, over the inputs joined on channels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Geometry {
@@ -221,6 +201,8 @@ pub struct QConv {
     offsets: Arc<Tensor>,
     /// Per output channel: the input's scale times the weights'.
     scales: Arc<Vec<f32>>,
+    /// `Geometry::rows`, worked out once.
+    rows: Arc<Vec<usize>>,
     relu: bool,
 }
 
@@ -361,6 +343,7 @@ impl QConv {
             .map(|row| input_scale * weight_scale[row % weight_scale.len()])
             .collect();
         Ok(Some(QConv {
+            rows: Arc::new(geometry.rows()),
             geometry: Arc::new(geometry),
             input_scale,
             input_zero,
@@ -496,7 +479,6 @@ impl QConv {
         let (k, n) = (g.k(), g.n());
         let layout = Layout::of(&*self.kernel, self.packing, k).context("an int8 layout")?;
         let planes = self.quantised(inputs)?;
-        let rows = self.geometry.rows();
         // SAFETY: i32s, any bits valid; the product stores every one of them.
         let mut output = unsafe { Tensor::uninitialized::<i32>(&[self.m, n])? };
         let panels_per_chunk = (CHUNK_BYTES / layout.panel_bytes).max(1);
@@ -517,7 +499,7 @@ impl QConv {
                     .par_chunks_mut(layout.panel_bytes)
                     .enumerate()
                     .for_each(|(panel, bytes)| {
-                        self.pack(&planes, &rows, layout, (first + panel) * layout.r, bytes)
+                        self.pack(&planes, layout, (first + panel) * layout.r, bytes)
                     })
             });
             let b = EagerPackedInput {
@@ -575,9 +557,9 @@ impl QConv {
         output.into_shape(&[1, self.m, g.out[0], g.out[1]])
     }
 
-    /// Packs the im2col columns from `first` into one panel; `rows` is
-    /// where each of its rows reads, from a column's window corner.
-    fn pack(&self, planes: &[i8], rows: &[usize], layout: Layout, first: usize, panel: &mut [u8]) {
+    /// Packs the im2col columns from `first` into one panel.
+    fn pack(&self, planes: &[i8], layout: Layout, first: usize, panel: &mut [u8]) {
+        let rows = &self.rows[..];
         let g = &*self.geometry;
         let count = layout.r.min(g.n() - first);
         // Each column's window corner in the padded plane.
