@@ -1,12 +1,13 @@
 //! An int8 convolution between f32 tensors, in one operator. A model
 //! quantised with ONNX Runtime's QOperator format, convolutions alone,
 //! reaches tract as `QuantizeLinear → Conv(u8 × i8) → DequantizeLinear`
-//! around each convolution, f32 everywhere else. tract plans each as about
-//! twelve operators: its im2col, the sums for the zero points, the
-//! requantisation to u8 and back (scale, add, min, max, cast), most on one
-//! core, and its int8 matrix product on the kernel it picks where it finds
-//! one 512-bit multiplier, the narrow 8 × 8, which ran at a third to a
-//! sixth of the 16 × 16's speed on the Xeon measured. That plan ran IS-Net
+//! around each convolution, f32 everywhere else (tract's declutter makes a
+//! 1 × 1 one a quantised `EinSum`, run here as the convolution it was).
+//! tract plans each as about twelve operators: its im2col, the sums for the
+//! zero points, the requantisation to u8 and back (scale, add, min, max,
+//! cast), most on one core, and its int8 matrix product on the kernel it
+//! picks where it finds one 512-bit multiplier, the narrow 8 × 8, which ran
+//! at a third to a sixth of the 16 × 16's speed on the Xeon measured. That plan ran IS-Net
 //! at 1024² in 9.3 s against 1.8 s for f32 (cutout's BENCHMARKS.md, "int8
 //! on tract").
 //!
@@ -25,7 +26,8 @@ use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
 use tract_core::internal::*;
 use tract_core::ops::array::TypedConcat;
-use tract_core::ops::cnn::{Conv, KernelFormat};
+use tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec, PoolSpec};
+use tract_core::ops::einsum::EinSum;
 use tract_core::ops::element_wise::ElementWiseOp;
 use tract_core::ops::nn::DataFormat;
 use tract_core::ops::quant::{DequantizeLinearF32, QuantizeLinearU8};
@@ -43,11 +45,7 @@ pub(super) fn plan_qconvs(model: &mut TypedModel) -> TractResult<usize> {
     let convs: Vec<usize> = model
         .eval_order()?
         .into_iter()
-        .filter(|&id| {
-            model.nodes[id]
-                .op_as::<Conv>()
-                .is_some_and(|conv| conv.q_params.is_some())
-        })
+        .filter(|&id| quantised(&model.nodes[id]))
         .collect();
     let mut planned = HashMap::new();
     for &id in &convs {
@@ -94,6 +92,83 @@ pub(super) fn plan_qconvs(model: &mut TypedModel) -> TractResult<usize> {
     // The convolutions, quantisations and dequantisations left unread.
     model.compact()?;
     Ok(convs.len())
+}
+
+/// Whether `node` is a quantised convolution, or a quantised product that
+/// may be one: tract's declutter makes a 1 × 1 convolution an `EinSum`.
+fn quantised(node: &TypedNode) -> bool {
+    node.op_as::<Conv>()
+        .is_some_and(|conv| conv.q_params.is_some())
+        || node
+            .op_as::<EinSum>()
+            .is_some_and(|einsum| einsum.q_params.is_some())
+}
+
+/// The geometry of `node`, a quantised convolution that `QConv` runs: a
+/// `Conv`'s own, or a 1 × 1 one's where tract made it an `EinSum` of the
+/// input `[1, C, H, W]` and the weights `[O, C]` into `[1, O, H, W]`: either
+/// without its batch axis of 1 where tract dropped it between two such, the
+/// weights `[C]` where O is 1.
+fn pool_spec(model: &TypedModel, node: &TypedNode) -> TractResult<Option<PoolSpec>> {
+    if let Some(conv) = node.op_as::<Conv>() {
+        let spec = &conv.pool_spec;
+        let runs = conv.group == 1
+            && spec.data_format == DataFormat::NCHW
+            && conv.kernel_fmt == KernelFormat::OIHW
+            && spec.kernel_shape.len() == 2
+            && conv.q_params == Some(u8::datum_type());
+        return Ok(runs.then(|| spec.clone()));
+    }
+    let Some(einsum) = node.op_as::<EinSum>() else {
+        return Ok(None);
+    };
+    let (Some(input), Some(weight_shape), Some(output)) = (
+        image_shape(model, node.inputs[0])?,
+        model.outlet_fact(node.inputs[1])?.shape.as_concrete(),
+        image_shape(model, OutletId::new(node.id, 0))?,
+    ) else {
+        return Ok(None);
+    };
+    // Where each operand's channel axis is: after the batch axis, if any.
+    let (c_in, c_out) = (
+        model.outlet_fact(node.inputs[0])?.rank() - 3,
+        model.node_output_facts(node.id)?[0].rank() - 3,
+    );
+    let axes = &einsum.axes;
+    let to = |from: (InOut, usize), to: InOut| axes.track_axis(from, to).ok().flatten();
+    let outputs_tracked = match weight_shape.len() {
+        2 => to((InOut::In(1), 0), InOut::Out(0)) == Some(c_out),
+        _ => output[1] == 1,
+    };
+    let one_by_one = einsum.q_params == Some(u8::datum_type())
+        && (1..=2).contains(&weight_shape.len())
+        && [1, 2]
+            .iter()
+            .all(|&k| to((InOut::In(0), c_in + k), InOut::Out(0)) == Some(c_out + k))
+        && to((InOut::In(0), c_in), InOut::In(1)) == Some(weight_shape.len() - 1)
+        && to((InOut::In(0), c_in), InOut::Out(0)).is_none()
+        && outputs_tracked
+        && input[2..] == output[2..];
+    Ok(one_by_one.then(|| PoolSpec {
+        data_format: DataFormat::NCHW,
+        kernel_shape: tvec!(1, 1),
+        padding: PaddingSpec::Valid,
+        dilations: None,
+        strides: None,
+        input_channels: input[1],
+        output_channels: output[1],
+    }))
+}
+
+/// `outlet`'s shape as `[1, C, H, W]`, where it is that or `[C, H, W]`.
+fn image_shape(model: &TypedModel, outlet: OutletId) -> TractResult<Option<[usize; 4]>> {
+    let Some(shape) = model.outlet_fact(outlet)?.shape.as_concrete() else {
+        return Ok(None);
+    };
+    Ok(match *shape {
+        [1, c, h, w] | [c, h, w] => Some([1, c, h, w]),
+        _ => None,
+    })
 }
 
 /// Where the convolution `node` reads its input in f32: what the
@@ -204,6 +279,9 @@ pub struct QConv {
     /// `Geometry::rows`, worked out once.
     rows: Arc<Vec<usize>>,
     relu: bool,
+    /// Whether the output has the batch axis: tract drops it between
+    /// 1 × 1 convolutions it made products.
+    batched: bool,
 }
 
 impl QConv {
@@ -213,15 +291,10 @@ impl QConv {
     /// its output read only by dequantisations and such convolutions, and
     /// this CPU has an int8 kernel.
     fn new(model: &TypedModel, node: &TypedNode) -> TractResult<Option<QConv>> {
-        let conv = node.op_as::<Conv>().context("a convolution")?;
-        let spec = &conv.pool_spec;
-        if conv.group != 1
-            || spec.data_format != DataFormat::NCHW
-            || conv.kernel_fmt != KernelFormat::OIHW
-            || spec.kernel_shape.len() != 2
-            || node.inputs.len() != 9
-            || conv.q_params != Some(u8::datum_type())
-        {
+        let Some(spec) = pool_spec(model, node)? else {
+            return Ok(None);
+        };
+        if node.inputs.len() != 9 {
             return Ok(None);
         }
         let consts: Option<Vec<Arc<Tensor>>> = node.inputs[1..]
@@ -238,19 +311,13 @@ impl QConv {
             .op_as::<ElementWiseOp>()
             .is_some_and(|op| op.0.is::<QuantizeLinearU8>())
             && model.outlet_fact(producer.inputs[0])?.datum_type == f32::datum_type();
-        let from_qconv = producer
-            .op_as::<Conv>()
-            .is_some_and(|conv| conv.q_params.is_some());
+        let from_qconv = quantised(producer);
         let readers_ok = model
             .outlet_successors(OutletId::new(node.id, 0))
             .iter()
             .all(|inlet| {
                 let reader = model.node(inlet.node);
-                reader.op_is::<DequantizeLinearF32>()
-                    || (inlet.slot == 0
-                        && reader
-                            .op_as::<Conv>()
-                            .is_some_and(|conv| conv.q_params.is_some()))
+                reader.op_is::<DequantizeLinearF32>() || (inlet.slot == 0 && quantised(reader))
             });
         let symmetric = values::<i32>(weight_zero)?.iter().all(|&zero| zero == 0);
         if !(quantised_f32 || from_qconv)
@@ -263,14 +330,7 @@ impl QConv {
         {
             return Ok(None);
         }
-        let shape_of = |outlet: OutletId| -> TractResult<Option<[usize; 4]>> {
-            let fact = model.outlet_fact(outlet)?;
-            Ok(fact
-                .shape
-                .as_concrete()
-                .and_then(|shape| <[usize; 4]>::try_from(shape).ok())
-                .filter(|shape| shape[0] == 1))
-        };
+        let shape_of = |outlet| image_shape(model, outlet);
         let Some(input) = shape_of(node.inputs[0])? else {
             return Ok(None);
         };
@@ -314,7 +374,7 @@ impl QConv {
         let m = spec.output_channels;
         let k = geometry.k();
         if geometry.channels() != input[1]
-            || weights.shape() != [m, input[1], kernel[0], kernel[1]]
+            || weights.len() != m * k
             || out.contains(&0)
             || !(bias.len() == m || bias.len() == 1)
             || !(weight_scale.len() == m || weight_scale.len() == 1)
@@ -354,7 +414,18 @@ impl QConv {
             offsets: Arc::new(tensor1(&offsets)),
             scales: Arc::new(scales),
             relu: false,
+            batched: model.outlet_fact(OutletId::new(node.id, 0))?.rank() == 4,
         }))
+    }
+
+    fn output_shape(&self) -> TVec<usize> {
+        let [height, width] = self.geometry.out;
+        let shape = tvec![1, self.m, height, width];
+        if self.batched {
+            shape
+        } else {
+            shape[1..].into()
+        }
     }
 
     /// The inputs quantised to i8 (u8 less 128), each plane with the pad's
@@ -554,7 +625,7 @@ impl QConv {
         });
         // SAFETY: every value was written above as the bits of an f32.
         unsafe { output.set_datum_type(f32::datum_type()) };
-        output.into_shape(&[1, self.m, g.out[0], g.out[1]])
+        output.into_shape(&self.output_shape())
     }
 
     /// Packs the im2col columns from `first` into one panel.
@@ -666,6 +737,7 @@ impl PartialEq for QConv {
             && self.offsets == other.offsets
             && self.scales == other.scales
             && self.relu == other.relu
+            && self.batched == other.batched
     }
 }
 
@@ -681,7 +753,8 @@ impl EvalOp for QConv {
                     .iter()
                     .zip(&self.geometry.inputs)
                     .all(|(input, shape)| {
-                        input.shape() == shape && input.datum_type() == f32::datum_type()
+                        let unbatched = input.shape().strip_prefix(&[1]).unwrap_or(input.shape());
+                        unbatched == &shape[1..] && input.datum_type() == f32::datum_type()
                     }),
             "planned for f32 inputs of {:?}",
             self.geometry.inputs
@@ -692,8 +765,7 @@ impl EvalOp for QConv {
 
 impl TypedOp for QConv {
     fn output_facts(&self, _inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        let [height, width] = self.geometry.out;
-        Ok(tvec!(f32::fact([1, self.m, height, width])))
+        Ok(tvec!(f32::fact(self.output_shape())))
     }
 
     as_op!();
@@ -1027,6 +1099,47 @@ mod tests {
             .collect();
         let mean = steps.iter().sum::<f32>() / steps.len() as f32;
         assert!(mean <= 0.3, "{mean} steps apart on average");
+    }
+
+    #[test]
+    fn one_by_one_convolutions_tract_made_products_are_planned_too() {
+        // Three in a chain, the last to one channel (MODNet's 1 × 1s).
+        let mut model = TypedModel::default();
+        let x = model.add_source("x", f32::fact([1, 16, 5, 9])).unwrap();
+        let mut wire = x;
+        for (inputs, outputs) in [(16, 24), (24, 8), (8, 1)] {
+            let case = ([1, inputs, 5, 9], outputs, [1, 1], 0, [1, 1], [1, 1]);
+            wire = wire_qconv(&mut model, wire, case);
+        }
+        let out = dequantised(&mut model, wire);
+        model.select_output_outlets(&[out]).unwrap();
+        let model = model.into_decluttered().unwrap();
+        let einsums: Vec<_> = model
+            .nodes
+            .iter()
+            .filter_map(|node| node.op_as::<EinSum>())
+            .map(|einsum| einsum.axes.to_string())
+            .collect();
+        // With the batch axis dropped between them, the last one's weights `[C]`.
+        assert_eq!(
+            einsums,
+            [
+                "NIHW,OI,O,,,O,O,,->OHW",
+                "IHW,OI,O,,,O,O,,->OHW",
+                "IHW,I,O,,,O,O,,->NOHW"
+            ]
+        );
+        let (tract, planned, replaced) = tract_and_planned(model, [1, 16, 5, 9], plan_qconvs);
+        assert_eq!(replaced, 3, "{einsums:?}");
+        let tract = tract.to_plain_array_view::<f32>().unwrap();
+        let planned = planned.to_plain_array_view::<f32>().unwrap();
+        let steps: Vec<f32> = tract
+            .iter()
+            .zip(&planned)
+            .map(|(a, b)| (a - b).abs() / OUTPUT_SCALE)
+            .collect();
+        let mean = steps.iter().sum::<f32>() / steps.len() as f32;
+        assert!(mean <= 0.3, "{mean} steps apart on average ({einsums:?})");
     }
 
     #[test]
