@@ -959,6 +959,15 @@ mod tests {
         apart.fold(0.0, f32::max) / OUTPUT_SCALE
     }
 
+    /// Like `steps_apart`, the mean: for a chain, where a step apart in the
+    /// first's output moves the next's sums.
+    fn mean_steps_apart(tract: &Tensor, planned: &Tensor) -> f32 {
+        let tract = tract.to_plain_array_view::<f32>().unwrap();
+        let planned = planned.to_plain_array_view::<f32>().unwrap();
+        let apart = tract.iter().zip(&planned).map(|(a, b)| (a - b).abs());
+        apart.sum::<f32>() / tract.len() as f32 / OUTPUT_SCALE
+    }
+
     const CASES: [Case; 7] = [
         // 3 × 3 over 77 columns: panels across rows, a last one part full.
         ([1, 3, 7, 11], 5, [3, 3], 1, [1, 1], [1, 1]),
@@ -1090,14 +1099,7 @@ mod tests {
         // The first's outputs are rounded as tract rounds them, but their
         // f32 may fall either side of a half: then a step apart, times a
         // weight, in the second's sums.
-        let tract = tract.to_plain_array_view::<f32>().unwrap();
-        let planned = planned.to_plain_array_view::<f32>().unwrap();
-        let steps: Vec<f32> = tract
-            .iter()
-            .zip(&planned)
-            .map(|(a, b)| (a - b).abs() / OUTPUT_SCALE)
-            .collect();
-        let mean = steps.iter().sum::<f32>() / steps.len() as f32;
+        let mean = mean_steps_apart(&tract, &planned);
         assert!(mean <= 0.3, "{mean} steps apart on average");
     }
 
@@ -1131,14 +1133,7 @@ mod tests {
         );
         let (tract, planned, replaced) = tract_and_planned(model, [1, 16, 5, 9], plan_qconvs);
         assert_eq!(replaced, 3, "{einsums:?}");
-        let tract = tract.to_plain_array_view::<f32>().unwrap();
-        let planned = planned.to_plain_array_view::<f32>().unwrap();
-        let steps: Vec<f32> = tract
-            .iter()
-            .zip(&planned)
-            .map(|(a, b)| (a - b).abs() / OUTPUT_SCALE)
-            .collect();
-        let mean = steps.iter().sum::<f32>() / steps.len() as f32;
+        let mean = mean_steps_apart(&tract, &planned);
         assert!(mean <= 0.3, "{mean} steps apart on average ({einsums:?})");
     }
 
