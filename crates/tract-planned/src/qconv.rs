@@ -753,8 +753,9 @@ impl EvalOp for QConv {
                     .iter()
                     .zip(&self.geometry.inputs)
                     .all(|(input, shape)| {
-                        let unbatched = input.shape().strip_prefix(&[1]).unwrap_or(input.shape());
-                        unbatched == &shape[1..] && input.datum_type() == f32::datum_type()
+                        // With its batch axis, or without where tract dropped it.
+                        (input.shape() == shape || input.shape() == &shape[1..])
+                            && input.datum_type() == f32::datum_type()
                     }),
             "planned for f32 inputs of {:?}",
             self.geometry.inputs
