@@ -19,8 +19,10 @@ The recipe, and why (BENCHMARKS.md, "int8 IS-Net"):
   each squashed to 1024x1024 (calibration needs the ranges a photo gives,
   and a squashed photo fills the whole input). Percentile calibration scored
   no better and took 21 GB of memory; MinMax takes about 6 GB.
-- U2NetP and MODNet lost most of their quality under the same recipe, so
-  only IS-Net has an int8 variant.
+- U2NetP and MODNet lost most of their quality under the same recipe, and
+  MODNet stayed over the quality bar with tract's recipe below under six
+  calibrations (BENCHMARKS.md, "MODNet in int8: not shipped"), so only
+  IS-Net has an int8 variant.
 - For tract (`--engine tract`), the convolutions alone, in the QOperator
   format (QuantizeLinear, QLinearConv, DequantizeLinear), everything else in
   f32: tract-planned's QConv runs each such triple as one int8 convolution
