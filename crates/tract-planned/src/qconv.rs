@@ -7,9 +7,9 @@
 //! zero points, the requantisation to u8 and back (scale, add, min, max,
 //! cast), most on one core, and its int8 matrix product on the kernel it
 //! picks where it finds one 512-bit multiplier, the narrow 8 × 8, which ran
-//! at a third to a sixth of the 16 × 16's speed on the Xeon measured. That plan ran IS-Net
-//! at 1024² in 9.3 s against 1.8 s for f32 (cutout's BENCHMARKS.md, "int8
-//! on tract").
+//! at a third to a sixth of the 16 × 16's speed on the Xeon measured. That
+//! plan ran IS-Net at 1024² in 9.3 s against 1.8 s for f32 (cutout's
+//! BENCHMARKS.md, "int8 on tract").
 //!
 //! `QConv` takes the f32 input (the inputs of a Concat made only for it,
 //! joined on the channel axis), quantises it once into a plane with the
@@ -279,9 +279,9 @@ pub struct QConv {
     /// `Geometry::rows`, worked out once.
     rows: Arc<Vec<usize>>,
     relu: bool,
-    /// Whether the output has the batch axis: tract drops it between
-    /// 1 × 1 convolutions it made products.
-    batched: bool,
+    /// The node's: `[1, m, height, width]`, or without the batch axis where
+    /// tract dropped it between 1 × 1 convolutions it made products.
+    output_shape: TVec<usize>,
 }
 
 impl QConv {
@@ -414,18 +414,11 @@ impl QConv {
             offsets: Arc::new(tensor1(&offsets)),
             scales: Arc::new(scales),
             relu: false,
-            batched: model.outlet_fact(OutletId::new(node.id, 0))?.rank() == 4,
+            output_shape: match model.outlet_fact(OutletId::new(node.id, 0))?.rank() {
+                4 => tvec![1, m, out[0], out[1]],
+                _ => tvec![m, out[0], out[1]],
+            },
         }))
-    }
-
-    fn output_shape(&self) -> TVec<usize> {
-        let [height, width] = self.geometry.out;
-        let shape = tvec![1, self.m, height, width];
-        if self.batched {
-            shape
-        } else {
-            shape[1..].into()
-        }
     }
 
     /// The inputs quantised to i8 (u8 less 128), each plane with the pad's
@@ -625,7 +618,7 @@ impl QConv {
         });
         // SAFETY: every value was written above as the bits of an f32.
         unsafe { output.set_datum_type(f32::datum_type()) };
-        output.into_shape(&self.output_shape())
+        output.into_shape(&self.output_shape)
     }
 
     /// Packs the im2col columns from `first` into one panel.
@@ -737,7 +730,7 @@ impl PartialEq for QConv {
             && self.offsets == other.offsets
             && self.scales == other.scales
             && self.relu == other.relu
-            && self.batched == other.batched
+            && self.output_shape == other.output_shape
     }
 }
 
@@ -766,7 +759,7 @@ impl EvalOp for QConv {
 
 impl TypedOp for QConv {
     fn output_facts(&self, _inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        Ok(tvec!(f32::fact(self.output_shape())))
+        Ok(tvec!(f32::fact(&*self.output_shape)))
     }
 
     as_op!();
