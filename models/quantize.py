@@ -1,37 +1,46 @@
 #!/usr/bin/env python3
-"""Quantise IS-Net to int8, reproducibly: the same bytes from the same inputs.
+"""Quantise IS-Net and MODNet to int8, reproducibly: the same bytes from the same inputs.
 
-    python3 models/quantize.py --source models/isnet.onnx --out models/isnet-int8.onnx
-    python3 models/quantize.py --engine tract --source models/isnet.onnx \
+    python3 models/quantize.py --model isnet --source models/isnet.onnx --out models/isnet-int8.onnx
+    python3 models/quantize.py --model isnet --engine tract --source models/isnet.onnx \
         --out models/isnet-int8.tract.onnx
+    python3 models/quantize.py --model modnet --source models/modnet.onnx \
+        --out models/modnet-int8.onnx
 
-`make quantize` (models/fetch.py isnet-int8) runs this and checks the result
-against the sha256 in models/manifest.toml. It runs in the venv of pinned
-tools that models/prepare.py makes under the cache, and calibrates on eight
-photos from a pinned scikit-image wheel, never on the eval sets.
+`make quantize` (models/fetch.py isnet-int8 modnet-int8) runs this and
+checks the result against the sha256 in models/manifest.toml. It runs in the
+venv of pinned tools that models/prepare.py makes under the cache, and
+calibrates on eight photos from a pinned scikit-image wheel, never on the
+eval sets.
 
-The recipe, and why (BENCHMARKS.md, "int8 IS-Net"):
-- The fp16 file is first widened to f32 and cut to its first output, as both
-  engines load it. Quantising the fp16 file as is (its Cast nodes included)
-  is what made the earlier int8 attempts useless.
-- Static QDQ quantisation: int8 weights per output channel, uint8
-  activations whose ranges are the min/max seen over the calibration photos,
-  each squashed to 1024x1024 (calibration needs the ranges a photo gives,
-  and a squashed photo fills the whole input). Percentile calibration scored
-  no better and took 21 GB of memory; MinMax takes about 6 GB.
-- U2NetP and MODNet lost most of their quality under the same recipe, and
-  MODNet stayed over the quality bar with tract's recipe below under six
-  calibrations (BENCHMARKS.md, "MODNet in int8: not shipped"), so only
-  IS-Net has an int8 variant.
-- For tract (`--engine tract`), the convolutions alone, in the QOperator
-  format (QuantizeLinear, QLinearConv, DequantizeLinear), everything else in
-  f32: tract-planned's QConv runs each such triple as one int8 convolution
-  between f32 tensors. tract runs a QDQ graph's convolutions in f32, with
-  the quantisations around them added (BENCHMARKS.md, "int8 on tract").
-  Quantised from the graph made to run at any size (models/prepare.py), it
-  runs at the photo's aspect as isnet does, where it kept isnet's quality.
+The recipes, and why (BENCHMARKS.md, "int8 IS-Net", "int8 on tract",
+"MODNet in int8"):
+- IS-Net's fp16 file is first widened to f32 and cut to its first output, as
+  both engines load it. Quantising the fp16 file as is (its Cast nodes
+  included) is what made the earlier int8 attempts useless.
+- Static quantisation: int8 weights per output channel, uint8 activations
+  whose ranges are the min/max seen over the calibration photos (moving
+  average), each at the size the model runs at: IS-Net squashed to 1024x1024
+  (a squashed photo fills the whole input), MODNet at its aspect with the
+  short side 384. Percentile calibration scored no better and took 21 GB of
+  memory; MinMax takes about 6 GB.
+- For ONNX Runtime, IS-Net in QDQ, every operator.
+- For tract (`--engine tract`), and for MODNet on both engines, the
+  convolutions alone, in the QOperator format (QuantizeLinear, QLinearConv,
+  DequantizeLinear), everything else in f32: tract-planned's QConv runs each
+  such triple as one int8 convolution between f32 tensors. tract runs a QDQ
+  graph's convolutions in f32, with the quantisations around them added. A
+  convolution whose output only a Relu or Clip reads is given that
+  activation's range (`activation_ranges`). Quantised from the graph made to
+  run at any size (models/prepare.py), it runs at the photo's aspect.
+- MODNet's grouped (depthwise) convolutions stay in f32, and so do the 16
+  whose int8 form alone moves its matte most (bench/int8_sensitivity.py):
+  with all of them in int8 its matte moved over the quality bar under every
+  calibration tried; its f32 matte moves as far with noise of half a level
+  added to the photo. U2NetP lost most of its quality in int8.
 """
 import argparse, subprocess, sys, zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from prepare import default_cache, venv_python
@@ -41,7 +50,42 @@ CALIBRATION_WHEEL = ("scikit-image", "0.25.2", "manylinux2014_x86_64")
 CALIBRATION_SHA256 = "24cc986e1f4187a12aa319f777b36008764e856e5013666a4a83f8df083c2641"
 CALIBRATION_PHOTOS = ["astronaut.png", "brick.png", "camera.png", "chelsea.png", "coffee.png",
                       "coins.png", "motorcycle_left.png", "rocket.jpg"]
-SIZE = 1024
+
+
+@dataclass(frozen=True)
+class Recipe:
+    mean: float  # the model's normalisation, (RGB/255 - mean) / std (models/manifest.toml)
+    std: float
+    square: int | None  # calibration photos squashed to this square, else at their
+    short_side: int | None  # aspect with this short side, to a multiple of 32
+    convs_only: bool  # the convolutions alone (QOperator) for either engine, not QDQ for ONNX Runtime
+    f32_convs: tuple = ()  # left in f32, besides every grouped convolution
+
+
+RECIPES = {
+    "isnet": Recipe(mean=0.5, std=1.0, square=1024, short_side=None, convs_only=False),
+    # With every convolution in int8, MODNet's matte moved past the quality
+    # bar, as f32's does with noise of half a level on the photo: these 16,
+    # which move it most alone (bench/int8_sensitivity.py), stay in f32
+    # (BENCHMARKS.md, "MODNet in int8").
+    "modnet": Recipe(mean=0.5, std=0.5, square=None, short_side=384, convs_only=True,
+                     f32_convs=("Conv_0", "Conv_9", "Conv_8", "Conv_133", "Conv_18", "Conv_17",
+                                "Conv_65", "Conv_152", "Conv_104", "Conv_154", "Conv_144",
+                                "Conv_113", "Conv_26", "Conv_134", "Conv_123", "Conv_36")),
+}
+
+
+def calibration_size(recipe, width, height):
+    if recipe.square:
+        return recipe.square, recipe.square
+    scale = recipe.short_side / min(width, height)
+    return tuple(max(32, round(side * scale / 32) * 32) for side in (width, height))
+
+
+def quant_settings():
+    from onnxruntime.quantization import CalibrationMethod, QuantType
+    return {"per_channel": True, "activation_type": QuantType.QUInt8,
+            "weight_type": QuantType.QInt8, "calibrate_method": CalibrationMethod.MinMax}
 
 
 def calibration_wheel(cache):
@@ -62,52 +106,132 @@ def widened(model):
     return model
 
 
-def quantize(source, out, wheel, scratch, engine):
-    """Runs inside the pinned venv."""
-    import io
-    import numpy as np
-    import onnx
-    from PIL import Image
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
-                                          QuantType, quantize_static)
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+def quantize(source, out, wheel, scratch, engine, recipe):
+    """Runs inside the pinned venv, as every function below."""
+    convs_only = engine == "tract" or recipe.convs_only
+    prepared, input_name = prepared_graph(source, scratch, at_any_size=convs_only)
+    photos = [photo_tensor(data, recipe) for data in calibration_photos(wheel)]
+    batches = [{input_name: photo} for photo in photos]
+    if not convs_only:
+        from onnxruntime.quantization import QuantFormat, quantize_static
+        quantize_static(str(prepared), str(out), Batches(batches), quant_format=QuantFormat.QDQ,
+                        extra_options={"CalibMovingAverage": True}, **quant_settings())
+        return
+    ranges = conv_ranges(prepared, batches, scratch)
+    quantize_convs(prepared, out, ranges, grouped_convs(prepared) + list(recipe.f32_convs))
 
+
+def prepared_graph(source, scratch, at_any_size):
+    """The f32 graph the quantiser reads, and its input's name."""
+    import onnx
+    from onnxruntime.quantization.shape_inference import quant_pre_process
     f32, prepared = scratch / "f32.onnx", scratch / "prepared.onnx"
     model = widened(onnx.load(source))
-    if engine == "tract":
+    if at_any_size:
         from prepare import fit_input
-        fit_input(model.graph, None)  # at the photo's aspect, as isnet on tract
+        fit_input(model.graph, None)  # at the photo's aspect, as on tract
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
     input_name = model.graph.input[0].name
     onnx.save(model, f32)
     del model  # 176 MB that calibration does not need
     quant_pre_process(str(f32), str(prepared), skip_symbolic_shape=True)
+    return prepared, input_name
 
-    def tensor(data):  # IS-Net's normalisation: RGB/255 - 0.5
-        photo = Image.open(io.BytesIO(data)).convert("RGB")
-        photo = photo.resize((SIZE, SIZE), Image.BILINEAR)
-        return (np.asarray(photo, np.float32) / 255 - 0.5).transpose(2, 0, 1)[None].copy()
 
+def calibration_photos(wheel):
     with zipfile.ZipFile(wheel) as z:
-        batches = [{input_name: tensor(z.read(f"skimage/data/{p}"))} for p in CALIBRATION_PHOTOS]
+        return [z.read(f"skimage/data/{p}") for p in CALIBRATION_PHOTOS]
 
-    class Photos(CalibrationDataReader):
-        def __init__(self):
-            self.left = iter(batches)
 
-        def get_next(self):
-            return next(self.left, None)
+def photo_tensor(data, recipe):
+    """A photo as the model's input: at the recipe's size, normalised."""
+    import io
+    import numpy as np
+    from PIL import Image
+    photo = Image.open(io.BytesIO(data)).convert("RGB")
+    photo = photo.resize(calibration_size(recipe, *photo.size), Image.BILINEAR)
+    rgb = np.asarray(photo, np.float32) / 255
+    return ((rgb - recipe.mean) / recipe.std).transpose(2, 0, 1)[None].copy()
 
-    for_tract = {"quant_format": QuantFormat.QOperator, "op_types_to_quantize": ["Conv"]}
-    quantize_static(str(prepared), str(out), Photos(),
-                    **(for_tract if engine == "tract" else {"quant_format": QuantFormat.QDQ}),
-                    per_channel=True, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
-                    extra_options={"CalibMovingAverage": True})
+
+class Batches:
+    """The calibration reader ONNX Runtime asks for: one photo a batch."""
+
+    def __init__(self, batches):
+        self.left = iter(batches)
+
+    def get_next(self):
+        return next(self.left, None)
+
+
+def grouped_convs(prepared):
+    import onnx
+    return [n.name for n in onnx.load(prepared).graph.node if n.op_type == "Conv"
+            and any(a.name == "group" and a.i > 1 for a in n.attribute)]
+
+
+def conv_ranges(prepared, batches, scratch):
+    """The convolutions' calibrated ranges (`activation_ranges`), as the file
+    `quantize_convs` reads."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+    from onnxruntime.quantization.calibrate import save_tensors_data
+    calibrator = create_calibrator(prepared, ["Conv"], str(scratch / "augmented.onnx"),
+                                   CalibrationMethod.MinMax, extra_options={"moving_average": True})
+    calibrator.collect_data(Batches(batches))
+    ranges = scratch / "ranges.json"
+    save_tensors_data(activation_ranges(onnx.load(prepared).graph, calibrator.compute_data()), ranges)
+    return ranges
+
+
+def quantize_convs(prepared, out, ranges, f32_convs):
+    """Every convolution but `f32_convs` in int8, QOperator."""
+    from onnxruntime.quantization import QuantFormat, quantize_static
+    quantize_static(str(prepared), str(out), None, quant_format=QuantFormat.QOperator,
+                    op_types_to_quantize=["Conv"], calibration_cache_path=str(ranges),
+                    nodes_to_exclude=list(f32_convs), **quant_settings())
+
+
+def activation_ranges(graph, ranges):
+    """`ranges` with each convolution output that only a Relu or Clip reads
+    limited to what that activation passes: ONNX Runtime rounds the output to
+    u8 in that range, so no step goes on values the activation zeroes (over
+    half of IS-Net's ranges). It does this itself when it quantises the
+    activation too, not for the convolutions alone. tract-planned's QConv
+    does not round the output: on tract the file runs as before."""
+    import numpy as np
+    from onnx import numpy_helper
+    from onnxruntime.quantization.calibrate import TensorData
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    constants.update((n.output[0], numpy_helper.to_array(n.attribute[0].t))
+                     for n in graph.node if n.op_type == "Constant")
+    readers = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    for node in graph.node:
+        out = node.output[0]
+        only = readers.get(out, [])
+        if node.op_type != "Conv" or len(only) != 1 or out not in ranges:
+            continue
+        act = only[0]
+        if act.op_type == "Relu":
+            low, high = 0.0, np.inf
+        elif act.op_type == "Clip" and len(act.input) == 3 and all(
+                name in constants for name in act.input[1:]):
+            low, high = (float(constants[name]) for name in act.input[1:])
+        else:
+            continue
+        lowest, highest = ranges[out].range_value
+        ranges[out] = TensorData(lowest=np.maximum(lowest, np.float32(low)),
+                                 highest=np.minimum(highest, np.float32(high)))
+    return ranges
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", type=Path, required=True, help="isnet.onnx, as fetched")
+    ap.add_argument("--model", choices=RECIPES, required=True, help="whose recipe to follow")
+    ap.add_argument("--source", type=Path, required=True, help="the model's file, as fetched")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--engine", choices=["onnxruntime", "tract"], default="onnxruntime",
                     help="the engine whose format to write")
@@ -117,11 +241,12 @@ def main():
     if args.in_venv:
         import tempfile
         with tempfile.TemporaryDirectory() as scratch:
-            quantize(args.source, args.out, args.in_venv, Path(scratch), args.engine)
+            quantize(args.source, args.out, args.in_venv, Path(scratch), args.engine,
+                     RECIPES[args.model])
         return
     wheel = calibration_wheel(args.cache)
     exe = venv_python(args.cache)
-    subprocess.run([exe, __file__, "--source", args.source, "--out", args.out,
+    subprocess.run([exe, __file__, "--model", args.model, "--source", args.source, "--out", args.out,
                     "--engine", args.engine, "--in-venv", wheel], check=True)
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""models/prepare.py's rewrites on small graphs made here; they run in the
-pinned tools' venv (made on first use). `make test-models` runs them;
-tests/api/engines.rs checks the prepared models themselves, on both engines.
+"""models/prepare.py's rewrites, and quantize.py's ranges and sizes, on
+small graphs made here; they run in the pinned tools' venv (made on first
+use). `make test-models` runs them; tests/api/engines.rs checks the
+prepared models themselves, on both engines.
 
     python3 models/test_prepare.py
 """
@@ -232,6 +233,37 @@ class Prepare(unittest.TestCase):
         self.assertEqual(list(numpy_helper.to_array(g.initializer[0])), [1.0, -2.5])
         self.assertEqual(numpy_helper.to_array(g.initializer[0]).dtype, np.float32)
         self.assertEqual(g.node[0].attribute[0].i, TensorProto.FLOAT)
+
+
+class Quantize(unittest.TestCase):
+    def test_a_convolution_only_an_activation_reads_gets_its_range(self):
+        import numpy as np
+        import quantize
+        from onnx import helper, numpy_helper
+        from onnxruntime.quantization.calibrate import TensorData
+        nodes = [node("Conv", ["x", "w"], "relu_in"), node("Relu", ["relu_in"], "a"),
+                 node("Conv", ["a", "w"], "clip_in"), node("Clip", ["clip_in", "lo", "hi"], "b"),
+                 node("Conv", ["b", "w"], "shared"), node("Relu", ["shared"], "c"),
+                 node("Add", ["shared", "c"], "d"),
+                 node("Conv", ["d", "w"], "added"), node("Add", ["added", "d"], "e"),
+                 helper.make_node("Constant", [], ["hi"], value=numpy_helper.from_array(
+                     np.array(6, np.float32)))]
+        g = graph(nodes, initializers=[floats("w", [1, 1, 1, 1]),
+                                       numpy_helper.from_array(np.array(0, np.float32), "lo")])
+        ranges = {name: TensorData(lowest=np.float32(-4), highest=np.float32(9))
+                  for name in ["relu_in", "clip_in", "shared", "added"]}
+        limited = {name: [float(v) for v in r.range_value]
+                   for name, r in quantize.activation_ranges(g, ranges).items()}
+        self.assertEqual(limited, {"relu_in": [0, 9], "clip_in": [0, 6],
+                                   "shared": [-4, 9], "added": [-4, 9]})
+
+    def test_modnets_calibration_photos_keep_its_aspect_at_its_short_side(self):
+        import quantize
+        modnet, isnet = quantize.RECIPES["modnet"], quantize.RECIPES["isnet"]
+        self.assertEqual(quantize.calibration_size(modnet, 512, 512), (384, 384))
+        self.assertEqual(quantize.calibration_size(modnet, 640, 480), (512, 384))
+        self.assertEqual(quantize.calibration_size(modnet, 300, 451), (384, 576))
+        self.assertEqual(quantize.calibration_size(isnet, 640, 480), (1024, 1024))
 
 
 if __name__ == "__main__":
