@@ -23,12 +23,12 @@ models:
 onnxruntime:
 	python3 models/fetch.py onnxruntime
 
-# IS-Net in int8 for the onnxruntime engine (`--model isnet-int8`), made by
+# IS-Net and MODNet in int8 (`--model isnet-int8`, `modnet-int8`), made by
 # models/quantize.py with pinned tools and checked against the manifest's
-# sha256. About a minute and 6 GB of memory: make it on a build machine and
-# copy it to the appliance's models directory.
+# sha256. About a minute and 6 GB of memory: make them on a build machine and
+# copy them to the appliance's models directory.
 quantize: models
-	python3 models/fetch.py isnet-int8
+	python3 models/fetch.py isnet-int8 modnet-int8
 
 build:
 	$(CARGO) build --release

@@ -317,7 +317,7 @@ def measure_cell(cell, images, args, python):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="isnet,isnet-int8,u2netp,modnet")
+    ap.add_argument("--models", default="isnet,isnet-int8,u2netp,modnet,modnet-int8")
     ap.add_argument("--engines", default="onnxruntime,tract")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1, help="each cell this many times, cutout and peer in turn")

@@ -96,7 +96,7 @@ def score(py, set_dir, pred):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="default,isnet,isnet-int8,modnet,u2netp")
+    ap.add_argument("--models", default="default,isnet,isnet-int8,modnet,modnet-int8,u2netp")
     ap.add_argument("--engine", default="onnxruntime")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--type", default="auto")

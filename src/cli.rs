@@ -511,6 +511,7 @@ fn remove(
         settings.model.as_deref(),
         settings.general_fits(),
         settings.engine.kind,
+        &settings.models_dir,
     )?;
     let loader = Loader {
         models_dir: settings.models_dir.clone(),

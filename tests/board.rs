@@ -478,22 +478,19 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
     }
 }
 
-/// IS-Net in int8 on tract: tract-planned's int8 convolutions run on the
-/// A53's SMLAL kernel (rows side by side) and the A76's SDOT kernel (four
-/// rows of a column side by side); their sums are exact, so the matte is
-/// x86's (measured: identical).
+/// IS-Net and MODNet (`type=person`) in int8 on tract: tract-planned's int8
+/// convolutions run on the A53's SMLAL kernel (rows side by side) and the
+/// A76's SDOT kernel (four rows of a column side by side); their sums are
+/// exact, so the mattes are x86's (measured: identical).
 #[test]
 #[ignore = "make test-board"]
-fn int8_isnet_on_tract_gives_the_x86_matte_on_the_a53_and_the_a76() {
+fn int8_models_on_tract_give_the_x86_mattes_on_the_a53_and_the_a76() {
     let dir = tempfile::tempdir().unwrap();
     let [strip, _] = request_photos(dir.path());
     let cpus = ["cortex-a53", "cortex-a76"];
-    matches_x86_on(
-        &cpus,
-        &strip,
-        ["isnet-int8", "tract", "general"],
-        dir.path(),
-    );
+    for subject in ["general", "person"] {
+        matches_x86_on(&cpus, &strip, ["isnet-int8", "tract", subject], dir.path());
+    }
 }
 
 #[test]

@@ -103,6 +103,7 @@ impl AppState {
             settings.model.as_deref(),
             settings.general_fits(),
             settings.engine.kind,
+            &settings.models_dir,
         )?;
         let store = store::open(&settings.store, &settings.data_dir)
             .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;

@@ -245,18 +245,30 @@ impl Manifest {
     /// one named (or the default). With `isnet-int8` configured,
     /// `type=general` runs it too, not a second IS-Net; so does any
     /// configured model where the board has no room for the general model
-    /// beside it (`general_fits`).
+    /// beside it (`general_fits`). With an int8 model configured, another
+    /// type runs its model's int8 form where `models_dir` has it.
     pub fn models_for(
         &self,
         auto: Option<&str>,
         general_fits: bool,
         engine: EngineKind,
+        models_dir: &std::path::Path,
     ) -> anyhow::Result<Models> {
         let auto = self.require(auto)?;
+        let int8_form = |name: &str| {
+            self.models.iter().find(|m| {
+                m.int8
+                    && m.variant_of.as_deref() == Some(name)
+                    && m.installed_for(engine, models_dir)
+            })
+        };
         let pick = |name: &str| match &auto.variant_of {
             Some(of) if of == name => Ok(auto),
             _ if name == self.general && !general_fits => Ok(auto),
-            _ => self.require(Some(name)),
+            _ => match int8_form(name) {
+                Some(int8) if auto.int8 => Ok(int8),
+                _ => self.require(Some(name)),
+            },
         };
         let blended = auto.blend.iter().flat_map(|b| &b.models);
         Ok(Models {
@@ -306,7 +318,11 @@ mod tests {
     #[test]
     fn the_builtin_manifest_parses_and_its_default_exists() {
         let m = Manifest::builtin();
-        assert_eq!(m.names(), ["isnet", "isnet-int8", "modnet", "u2netp"]);
+        assert_eq!(
+            m.names(),
+            ["isnet", "isnet-int8", "modnet", "modnet-int8", "u2netp"]
+        );
+        let none = tempfile::tempdir().unwrap();
         assert_eq!(m.model(None).unwrap().name, "isnet");
         assert_eq!(
             m.model(Some("modnet")).unwrap().input_filter,
@@ -314,7 +330,7 @@ mod tests {
         );
         assert_eq!(m.model(None).unwrap().input_filter, Filter::CatmullRom);
         let models = m
-            .models_for(Some("u2netp"), true, EngineKind::Tract)
+            .models_for(Some("u2netp"), true, EngineKind::Tract, none.path())
             .unwrap();
         assert!(models.blended.is_empty(), "U2NetP runs alone");
         assert_eq!(
@@ -322,11 +338,16 @@ mod tests {
             ["u2netp", "modnet", "isnet"]
         );
         let models = m
-            .models_for(Some("isnet-int8"), true, EngineKind::Tract)
+            .models_for(Some("isnet-int8"), true, EngineKind::Tract, none.path())
             .unwrap();
         // tract's int8 file runs at the photo's aspect, ONNX Runtime's on the square.
         assert!(models.auto.input.fixed_size().is_none());
-        let on_onnxruntime = m.models_for(Some("isnet-int8"), true, EngineKind::Onnxruntime);
+        let on_onnxruntime = m.models_for(
+            Some("isnet-int8"),
+            true,
+            EngineKind::Onnxruntime,
+            none.path(),
+        );
         let input = on_onnxruntime.unwrap().auto.input;
         assert_eq!(input.fixed_size(), Some((1024, 1024)));
         let blended: Vec<_> = models.blended.iter().map(|m| m.name.as_str()).collect();
@@ -335,9 +356,24 @@ mod tests {
             [models.auto.name, models.person.name, models.general.name],
             ["isnet-int8", "modnet", "isnet-int8"]
         );
+        // With MODNet's int8 file there for the engine, int8 IS-Net's
+        // `type=person` runs it; f32 IS-Net's does not.
+        let int8_dir = tempfile::tempdir().unwrap();
+        std::fs::write(int8_dir.path().join("modnet-int8.tract.onnx"), b"").unwrap();
+        for (auto, engine, person) in [
+            ("isnet-int8", EngineKind::Tract, "modnet-int8"),
+            ("isnet-int8", EngineKind::Onnxruntime, "modnet"),
+            ("isnet", EngineKind::Tract, "modnet"),
+            ("modnet-int8", EngineKind::Tract, "modnet-int8"),
+        ] {
+            let models = m
+                .models_for(Some(auto), true, engine, int8_dir.path())
+                .unwrap();
+            assert_eq!(models.person.name, person, "{auto} on {engine}");
+        }
         // A small board: MODNet fits beside U2NetP, IS-Net does not.
         let models = m
-            .models_for(Some("u2netp"), false, EngineKind::Tract)
+            .models_for(Some("u2netp"), false, EngineKind::Tract, none.path())
             .unwrap();
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
