@@ -11,7 +11,7 @@ compared with f32's: the mean alpha difference, and the share of the
 silhouettes (alpha at least 0.5) on which they differ (1 - IoU, over all
 photos). Then the whole model with the k convolutions that moved it most
 left in f32, for several k; and f32 with noise of half a level added to each
-photo, what the matte does without int8. About 4 minutes for MODNet.
+photo, what the matte does without int8. About 3 minutes for MODNet.
 """
 import argparse, subprocess, sys, tempfile, zipfile
 from pathlib import Path
@@ -33,6 +33,7 @@ KEPT_IN_F32 = [0, 3, 8, 12, 16, 24, 32]
 def measure(source, recipe, skimage, photobooth, scratch):
     """Runs inside the pinned venv."""
     import numpy as np
+    import onnx
     import onnxruntime as ort
     prepared, input_name = quantize.prepared_graph(source, scratch, at_any_size=True)
     with zipfile.ZipFile(skimage) as z:
@@ -52,34 +53,35 @@ def measure(source, recipe, skimage, photobooth, scratch):
     f32 = mattes(prepared)
 
     def moved(these):
+        """The mean alpha moved, and the share of the silhouettes moved."""
         mean = np.mean([np.abs(a - b).mean() for a, b in zip(these, f32)])
         both = sum(((a >= .5) & (b >= .5)).sum() for a, b in zip(these, f32))
         either = sum(((a >= .5) | (b >= .5)).sum() for a, b in zip(these, f32))
-        return f"{mean:.4f} | {1 - both / either:.4f}"
+        return mean, 1 - both / either
 
+    row = lambda what, mean_and_share: print(f"| {what} | {mean_and_share[0]:.4f} | "
+                                             f"{mean_and_share[1]:.4f} |")
     grouped = quantize.grouped_convs(prepared)
-    import onnx
     convs = [n.name for n in onnx.load(prepared).graph.node
              if n.op_type == "Conv" and n.name not in grouped]
     model = scratch / "int8.onnx"
     alone = {}
     for conv in convs:
         quantize.quantize_convs(prepared, model, ranges, grouped + [c for c in convs if c != conv])
-        these = mattes(model)
-        alone[conv] = (np.mean([np.abs(a - b).mean() for a, b in zip(these, f32)]), moved(these))
+        alone[conv] = moved(mattes(model))
     order = sorted(convs, key=lambda c: -alone[c][0])
     print(f"{len(convs)} convolutions ({len(grouped)} grouped ones left in f32), each alone in int8:\n")
     print("| convolution | mean alpha moved | silhouette moved |\n|---|---|---|")
     for conv in order:
-        print(f"| {conv} | {alone[conv][1]} |")
+        row(conv, alone[conv])
     print("\n| in f32 | mean alpha moved | silhouette moved |\n|---|---|---|")
     for k in KEPT_IN_F32:
         quantize.quantize_convs(prepared, model, ranges, grouped + order[:k])
-        print(f"| {k} most moving | {moved(mattes(model))} |")
+        row(f"the {k} most moving", moved(mattes(model)))
     half_level = 0.5 / 255 / recipe.std
     rng = np.random.default_rng(0)
     noise = lambda p: rng.uniform(-half_level, half_level, p.shape).astype(np.float32)
-    print(f"| all, f32 with noise of half a level | {moved(mattes(prepared, noise))} |")
+    row("all, with noise of half a level on the photo", moved(mattes(prepared, noise)))
     print(f"\nThe recipe's {len(recipe.f32_convs)} are the most moving: "
           f"{list(recipe.f32_convs) == order[:len(recipe.f32_convs)]}")
 

@@ -36,8 +36,8 @@ The recipes, and why (BENCHMARKS.md, "int8 IS-Net", "int8 on tract",
 - MODNet's grouped (depthwise) convolutions stay in f32, and so do the 16
   whose int8 form alone moves its matte most (bench/int8_sensitivity.py):
   with all of them in int8 its matte moved over the quality bar under every
-  calibration tried; its f32 matte moves as far with noise of half a level
-  added to the photo. U2NetP lost most of its quality in int8.
+  calibration tried, as its f32 matte does with noise of half a level added
+  to the photo. U2NetP lost most of its quality in int8.
 """
 import argparse, subprocess, sys, zipfile
 from dataclasses import dataclass

@@ -258,9 +258,11 @@ impl Manifest {
         models_dir: &std::path::Path,
     ) -> anyhow::Result<Models> {
         let auto = self.require(auto)?;
+        let int8_wanted = auto.int8 && engine == EngineKind::Tract;
         let int8_form = |name: &str| {
             self.models.iter().find(|m| {
-                m.int8
+                int8_wanted
+                    && m.int8
                     && m.variant_of.as_deref() == Some(name)
                     && m.installed_for(engine, models_dir)
             })
@@ -268,10 +270,7 @@ impl Manifest {
         let pick = |name: &str| match &auto.variant_of {
             Some(of) if of == name => Ok(auto),
             _ if name == self.general && !general_fits => Ok(auto),
-            _ => match int8_form(name) {
-                Some(int8) if auto.int8 && engine == EngineKind::Tract => Ok(int8),
-                _ => self.require(Some(name)),
-            },
+            _ => int8_form(name).map_or_else(|| self.require(Some(name)), Ok),
         };
         let blended = auto.blend.iter().flat_map(|b| &b.models);
         Ok(Models {
