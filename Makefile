@@ -146,7 +146,7 @@ binfmt:
 # with 512 MiB, A72 with 2 GiB, A76 with 4 GiB, each a qemu CPU model and a
 # cgroup memory limit; the arm64 package's release binary with the packaged
 # cutout.toml serves cut-outs with each board's defaults, matched against
-# the x86 build's. About 7 minutes; needs root and qemu 10.
+# the x86 build's. About 10 minutes; needs root and qemu 10.
 BOARD_MODELS := target/board/models
 test-board: models quantize aarch64
 	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir $(BOARD_MODELS)
