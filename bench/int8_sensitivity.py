@@ -42,7 +42,8 @@ def measure(source, recipe, skimage, photobooth, scratch):
         data += [z.read(p) for p in PHOTOBOOTH_PHOTOS]
     photos = [quantize.photo_tensor(d, recipe) for d in data]
     calibration = [{input_name: p} for p in photos[:len(quantize.CALIBRATION_PHOTOS)]]
-    ranges = quantize.conv_ranges(prepared, calibration, scratch)
+    graph = onnx.load(prepared).graph
+    ranges = quantize.conv_ranges(prepared, graph, calibration, scratch)
 
     def mattes(model, noise=None):
         options = ort.SessionOptions()
@@ -61,9 +62,8 @@ def measure(source, recipe, skimage, photobooth, scratch):
 
     row = lambda what, mean_and_share: print(f"| {what} | {mean_and_share[0]:.4f} | "
                                              f"{mean_and_share[1]:.4f} |")
-    grouped = quantize.grouped_convs(prepared)
-    convs = [n.name for n in onnx.load(prepared).graph.node
-             if n.op_type == "Conv" and n.name not in grouped]
+    grouped = quantize.grouped_convs(graph)
+    convs = [n.name for n in graph.node if n.op_type == "Conv" and n.name not in grouped]
     model = scratch / "int8.onnx"
     alone = {}
     for conv in convs:
@@ -78,7 +78,7 @@ def measure(source, recipe, skimage, photobooth, scratch):
     for k in KEPT_IN_F32:
         quantize.quantize_convs(prepared, model, ranges, grouped + order[:k])
         row(f"the {k} most moving", moved(mattes(model)))
-    half_level = 0.5 / 255 / recipe.std
+    half_level = (0.5 / 255 / np.float32(recipe.normalise["std"])).reshape(1, 3, 1, 1)
     rng = np.random.default_rng(0)
     noise = lambda p: rng.uniform(-half_level, half_level, p.shape).astype(np.float32)
     row("all, with noise of half a level on the photo", moved(mattes(prepared, noise)))
@@ -93,7 +93,7 @@ def main():
     ap.add_argument("--cache", type=Path, default=default_cache())
     ap.add_argument("--in-venv", nargs=2, type=Path, help=argparse.SUPPRESS)  # the wheels
     args = ap.parse_args()
-    recipe = quantize.RECIPES[args.model]
+    recipe = quantize.recipe(args.model)
     if args.in_venv:
         with tempfile.TemporaryDirectory() as scratch:
             measure(args.source, recipe, *args.in_venv, Path(scratch))

