@@ -34,6 +34,12 @@ pub const ISNET_MIN_MEMORY: u64 = 1536 * MIB;
 /// Uploads held at once where IS-Net does not fit: four of the largest.
 pub const SMALL_UPLOAD_BUFFER_MIB: u64 = 40;
 
+/// The most megapixels a photo may have where IS-Net does not fit. A
+/// photo's pixels, its resized copy and its cut-out take about 14 bytes a
+/// pixel at the peak: two 25 MP photos at once stay within a 512 MiB
+/// board, where a single 50 MP one (700 MiB) would not.
+pub const SMALL_BOARD_MAX_MEGAPIXELS: u64 = 25;
+
 /// What the board's defaults set, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoardDefaults {
@@ -41,6 +47,8 @@ pub struct BoardDefaults {
     pub engine: EngineKind,
     /// `None`: the general default (`server.upload_buffer_mib`).
     pub upload_buffer_mib: Option<u64>,
+    /// `None`: the general default (`server.max_megapixels`, 50).
+    pub max_megapixels: Option<u64>,
     /// Whether a request's `type=general` may load IS-Net beside the
     /// configured model; where it does not fit, the configured model
     /// answers it.
@@ -116,11 +124,13 @@ impl Board {
                 model: "u2netp",
                 engine: EngineKind::Tract,
                 upload_buffer_mib: Some(SMALL_UPLOAD_BUFFER_MIB),
+                max_megapixels: Some(SMALL_BOARD_MAX_MEGAPIXELS),
                 isnet_fits: false,
                 why: format!(
                     "under the {} MiB IS-Net needs with room: u2netp, on tract (ONNX \
                      Runtime's library and arena would take 100 MiB more), uploads held at \
-                     once capped at {SMALL_UPLOAD_BUFFER_MIB} MiB",
+                     once capped at {SMALL_UPLOAD_BUFFER_MIB} MiB, photos at \
+                     {SMALL_BOARD_MAX_MEGAPIXELS} megapixels",
                     ISNET_MIN_MEMORY / MIB
                 ),
             };
@@ -146,6 +156,7 @@ impl Board {
             model,
             engine,
             upload_buffer_mib: None,
+            max_megapixels: None,
             isnet_fits: true,
             why: format!("{room}; {int8}"),
         }

@@ -11,6 +11,7 @@ use crate::board::{Board, BoardDefaults};
 use crate::clock::Clock;
 use crate::discovery::MdnsConfig;
 use crate::engine::{EngineChoice, EngineKind};
+use crate::error::MAX_PIXELS_DECODED;
 use crate::led::LedConfig;
 use crate::store::StoreSettings;
 use serde::Deserialize;
@@ -43,6 +44,8 @@ pub struct Settings {
     /// Bytes of uploads held at once; a request waits to read its body
     /// until it fits (one always does).
     pub upload_buffer: u64,
+    /// The most pixels a photo may decode to (`image_too_large` past it).
+    pub max_pixels: u64,
     /// Read and write timeout of every client socket.
     pub socket_timeout: Duration,
     /// How long a client has to send a request head whole, however slowly
@@ -157,6 +160,7 @@ pub struct OnnxRuntimeConfig {
 pub struct ServerConfig {
     pub queue_capacity: Option<usize>,
     pub upload_buffer_mib: Option<u64>,
+    pub max_megapixels: Option<u64>,
     pub inference_workers: Option<usize>,
     pub socket_timeout_secs: Option<u64>,
     pub head_timeout_secs: Option<u64>,
@@ -249,6 +253,7 @@ impl Config {
                     .server
                     .upload_buffer_mib
                     .or(lower.server.upload_buffer_mib),
+                max_megapixels: self.server.max_megapixels.or(lower.server.max_megapixels),
                 inference_workers: self
                     .server
                     .inference_workers
@@ -406,6 +411,16 @@ impl Settings {
             inference_workers,
             queue_capacity,
             upload_buffer: upload_buffer_mib * 1024 * 1024,
+            max_pixels: match server.max_megapixels {
+                None => MAX_PIXELS_DECODED,
+                Some(mp) if (1..=MAX_PIXELS_DECODED / 1_000_000).contains(&mp) => mp * 1_000_000,
+                Some(_) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "server.max_megapixels must be from 1 to {}",
+                        MAX_PIXELS_DECODED / 1_000_000
+                    )))
+                }
+            },
             socket_timeout: seconds(server.socket_timeout_secs, 30, "socket_timeout_secs")?,
             head_timeout: seconds(server.head_timeout_secs, 10, "head_timeout_secs")?,
             // Under the unit's 4,096 open files with room to spare: one
@@ -442,6 +457,7 @@ impl BoardDefaults {
             engine: Some(self.engine),
             server: ServerConfig {
                 upload_buffer_mib: self.upload_buffer_mib,
+                max_megapixels: self.max_megapixels,
                 ..ServerConfig::default()
             },
             ..Config::default()
@@ -474,6 +490,10 @@ mod tests {
         assert_eq!(
             settings.upload_buffer,
             crate::board::SMALL_UPLOAD_BUFFER_MIB << 20
+        );
+        assert_eq!(
+            settings.max_pixels,
+            crate::board::SMALL_BOARD_MAX_MEGAPIXELS * 1_000_000
         );
         let file = Config::parse_str("engine = \"onnxruntime\"\n[server]\nupload_buffer_mib = 8\n")
             .unwrap();

@@ -45,8 +45,10 @@ pub enum ApiError {
     InvalidOption { field: OptionField, why: String },
     #[error("invalid image: {0}")]
     InvalidImage(String),
+    /// Over `most` pixels: the API's 50 million, or fewer where the
+    /// board's memory is small (`server.max_megapixels`).
     #[error("image too large: {width}x{height}")]
-    ImageTooLarge { width: u32, height: u32 },
+    ImageTooLarge { width: u32, height: u32, most: u64 },
     #[error("resolution too high for size=full: {width}x{height}")]
     ResolutionTooHigh { width: u32, height: u32 },
     #[error("invalid request: {0}")]
@@ -67,6 +69,11 @@ pub enum ApiError {
     MethodNotAllowed { allow: &'static str },
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// The client hung up before its model ran: nothing ran, nothing was
+    /// charged, and no answer can reach it (the log's and /metrics' 499,
+    /// nginx's status for it).
+    #[error("the client closed the connection")]
+    ClientGone,
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -113,15 +120,15 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "invalid_scale", title: "Invalid scale", when: "scale is not original or a percentage from 10% to 100%." },
     Documented { status: 400, code: "invalid_position", title: "Invalid position", when: "position is not original, center, or one or two percentages from 0% to 100%." },
     Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
-    Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels." },
+    Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels (25 million on a board under 1.5 GiB of memory; server.max_megapixels)." },
     Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
-    Documented { status: 400, code: "invalid_request", title: "Invalid request", when: "The body is not a well-formed multipart/form-data, urlencoded or JSON form (or has two image_file parts, or both image_file and image_file_b64)." },
+    Documented { status: 400, code: "invalid_request", title: "Invalid request", when: "The body is not a well-formed multipart/form-data, urlencoded or JSON form (or has two image_file parts, or both image_file and image_file_b64); or the request head is malformed or ambiguous (two Content-Length or Host headers, Content-Length with Transfer-Encoding, a coding other than chunked, control characters, a CR or LF alone), which also closes the connection." },
     Documented { status: 401, code: "missing_api_key", title: "Missing API key", when: "No X-Api-Key header." },
     Documented { status: 401, code: "invalid_api_key", title: "Invalid API key", when: "The key is unknown or revoked." },
     Documented { status: 402, code: "quota_exceeded", title: "Monthly quota exceeded", when: "The month's images are used up (Pro: 500 per UTC calendar month)." },
     Documented { status: 403, code: "plan_not_allowed", title: "Plan has no API access", when: "The account's plan has no API access." },
     Documented { status: 403, code: "account_suspended", title: "Account suspended", when: "The operator has suspended the account." },
-    Documented { status: 408, code: "request_timeout", title: "Request timeout", when: "The body stopped arriving for 30 seconds." },
+    Documented { status: 408, code: "request_timeout", title: "Request timeout", when: "The body did not arrive in time: 10 seconds from its first byte read, a second more for every 16 KiB that came, at most 120 seconds; or it stopped for 30 seconds." },
     Documented { status: 413, code: "file_too_large", title: "File too large", when: "image_file is over 10 MiB (10485760 bytes), or the whole body over 13.4 MiB (a 10 MiB image in base64 and the rest of the form; a bg_image_file counts in it)." },
     Documented { status: 415, code: "unsupported_image_format", title: "Unsupported image format", when: "image_file is not a JPEG, PNG or WEBP." },
     Documented { status: 429, code: "too_many_concurrent_requests", title: "Too many concurrent requests", when: "The account already has its plan's number of requests in flight (Pro 5, Business 50). Retry-After is set." },
@@ -176,6 +183,7 @@ impl ApiError {
             MethodNotAllowed { .. } => (405, "method_not_allowed", "Method not allowed"),
             Unavailable(_) => (503, "service_unavailable", "Service unavailable"),
             Internal(_) => (500, "internal_error", "Internal error"),
+            ClientGone => (499, "client_closed_request", "Client closed request"),
         }
     }
 
@@ -227,7 +235,10 @@ impl ApiError {
             InvalidOption { field, why } => format!("{}: {why}.", field.name()),
             InvalidType => "type must be one of auto, person, general (or remove.bg's product, car).".into(),
             InvalidImage(why) => format!("The image could not be decoded: {why}."),
-            ImageTooLarge { width, height } => {
+            ImageTooLarge { width, height, most } if *most < MAX_PIXELS_DECODED => format!(
+                "The image is {width}x{height}; this appliance takes at most {most} pixels, what its board's memory holds."
+            ),
+            ImageTooLarge { width, height, .. } => {
                 format!("The image is {width}x{height}; at most {MAX_PIXELS_DECODED} pixels are accepted.")
             }
             ResolutionTooHigh { width, height } => format!(
@@ -246,6 +257,7 @@ impl ApiError {
             MethodNotAllowed { allow } => format!("This path accepts {allow}."),
             Unavailable(_) => "The service cannot take this request now; retry shortly.".into(),
             Internal(_) => "Something went wrong on the server; it has been logged.".into(),
+            ClientGone => "The client closed the connection before its image was cut out.".into(),
         }
     }
 
@@ -263,7 +275,8 @@ impl ApiError {
 mod tests {
     use super::*;
 
-    /// One of every error `POST /api/remove-bg` can answer.
+    /// One of every error `POST /api/remove-bg` can answer (`ClientGone`
+    /// reaches no client).
     fn remove_bg_errors() -> Vec<ApiError> {
         use ApiError::*;
         let options = OptionField::ALL.map(|field| InvalidOption {
@@ -294,6 +307,7 @@ mod tests {
                 ImageTooLarge {
                     width: 1,
                     height: 1,
+                    most: MAX_PIXELS_DECODED,
                 },
                 ResolutionTooHigh {
                     width: 1,

@@ -12,6 +12,7 @@ use crate::engine::{
 use crate::error::{ApiError, OptionField};
 use crate::imaging::{self, Background, DecodeError, Finish, FinishError, GeometryError};
 use image::DynamicImage;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
@@ -83,6 +84,8 @@ pub struct Pipeline {
     loader: Option<Loader>,
     pub queue: WorkQueue,
     spare_pixels: SparePixels,
+    /// The most pixels a photo may decode to.
+    max_pixels: u64,
 }
 
 impl Pipeline {
@@ -123,7 +126,15 @@ impl Pipeline {
             loader,
             queue: WorkQueue::new(holding_pixels, queue_capacity, upload_buffer),
             spare_pixels: SparePixels::new(holding_pixels),
+            max_pixels: crate::error::MAX_PIXELS_DECODED,
         }
+    }
+
+    /// Refuses photos of more than `max_pixels` (`image_too_large`): fewer
+    /// than the API's 50 million where the board's memory is small.
+    pub fn with_max_pixels(mut self, max_pixels: u64) -> Pipeline {
+        self.max_pixels = max_pixels;
+        self
     }
 
     /// The engine has run a model (or the server stops cleanly): this start
@@ -334,11 +345,26 @@ impl Pipeline {
     /// model, and makes the file `finish` asks for.
     pub fn cut_out(
         &self,
+        ticket: Ticket<'_>,
+        bytes: &[u8],
+        size: SizeMode,
+        subject: SubjectType,
+        finish: &Finish,
+    ) -> Result<CutOut, ApiError> {
+        self.cut_out_for(ticket, bytes, size, subject, finish, &|| false)
+    }
+
+    /// `cut_out` for a client that may hang up while it waits its turn:
+    /// once the turn comes, `client_gone` is asked, and a client gone is
+    /// spared the work (`ApiError::ClientGone`).
+    pub fn cut_out_for(
+        &self,
         mut ticket: Ticket<'_>,
         bytes: &[u8],
         size: SizeMode,
         subject: SubjectType,
         finish: &Finish,
+        client_gone: &dyn Fn() -> bool,
     ) -> Result<CutOut, ApiError> {
         imaging::format_of(bytes)?;
         if let Some(Background::Image(file)) = &finish.background {
@@ -347,11 +373,20 @@ impl Pipeline {
         let mut watch = Stopwatch::start();
         ticket.wait_for_turn();
         watch.lap("queue");
+        if client_gone() {
+            return Err(ApiError::ClientGone);
+        }
         self.load(subject);
         let model = self.model(subject);
-        let original = imaging::decode_reusing(bytes, self.spare_pixels.take())?;
+        let original = imaging::decode_reusing(bytes, self.spare_pixels.take(), self.max_pixels)?;
         watch.lap("decode");
         let (w, h) = (original.width(), original.height());
+        if let Some(why) = finish.roi.as_ref().and_then(|roi| roi.outside(w, h)) {
+            return Err(ApiError::InvalidOption {
+                field: OptionField::Roi,
+                why,
+            });
+        }
         let (out_w, out_h) = imaging::output_size(w, h, size).map_err(|e| match e {
             GeometryError::ResolutionTooHigh => ApiError::ResolutionTooHigh {
                 width: w,
@@ -574,7 +609,7 @@ fn agreement(first: &[u8], first_size: (u32, u32), second: &[u8], second_size: (
 /// A background image that cannot be used, named as such.
 fn background_error(e: DecodeError) -> ApiError {
     let why = match e {
-        DecodeError::TooLarge { width, height } => format!(
+        DecodeError::TooLarge { width, height, .. } => format!(
             "it is {width}x{height}; a background may have at most {} pixels, the most a result has",
             crate::error::MAX_PIXELS_OUTPUT
         ),
@@ -590,7 +625,15 @@ impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> ApiError {
         match e {
             DecodeError::Unsupported => ApiError::UnsupportedImageFormat,
-            DecodeError::TooLarge { width, height } => ApiError::ImageTooLarge { width, height },
+            DecodeError::TooLarge {
+                width,
+                height,
+                most,
+            } => ApiError::ImageTooLarge {
+                width,
+                height,
+                most,
+            },
             DecodeError::Invalid(why) => ApiError::InvalidImage(why),
         }
     }
@@ -602,8 +645,10 @@ impl From<DecodeError> for ApiError {
 /// which a request is refused at once. Turns go in the order requests were
 /// ready for one, so nobody's wait grows while later arrivals go first. A
 /// request in line reads its upload only when the uploads held fit in
-/// `upload_buffer` bytes; until then it holds only its connection (the
-/// client's bytes wait in the network).
+/// `upload_buffer` bytes, and its account's in half of them; until then it
+/// holds only its connection (the client's bytes wait in the network). So
+/// one account's uploads, however slowly they come, leave room for
+/// another's.
 pub struct WorkQueue {
     counts: Mutex<Counts>,
     changed: Condvar,
@@ -618,6 +663,8 @@ struct Counts {
     waiting: usize,
     /// Bytes reserved by the uploads being read or held.
     uploads: u64,
+    /// The same, by account.
+    uploads_by: HashMap<i64, u64>,
     /// The number the next ticket ready for a turn takes, and the one
     /// whose turn is next.
     next_ticket: u64,
@@ -629,6 +676,7 @@ struct Counts {
 pub struct Ticket<'q> {
     queue: &'q WorkQueue,
     upload: u64,
+    account: Option<i64>,
     running: bool,
 }
 
@@ -655,18 +703,34 @@ impl WorkQueue {
     /// uploads held leave room for it (one upload alone always fits); `None`
     /// at once if the line is full.
     pub fn join(&self, upload: u64) -> Option<Ticket<'_>> {
+        self.join_as(None, upload)
+    }
+
+    /// `join` for `account`'s upload, which also waits while the account's
+    /// uploads would hold more than half the buffer (one alone always fits).
+    pub fn join_as(&self, account: Option<i64>, upload: u64) -> Option<Ticket<'_>> {
         let mut counts = self.lock();
         if counts.running + counts.waiting >= self.capacity() {
             return None;
         }
         counts.waiting += 1;
-        while counts.uploads > 0 && counts.uploads + upload > self.upload_buffer {
+        let share = self.upload_buffer / 2;
+        let held_by = |counts: &Counts| {
+            account.map_or(0, |a| counts.uploads_by.get(&a).copied().unwrap_or(0))
+        };
+        while (counts.uploads > 0 && counts.uploads + upload > self.upload_buffer)
+            || (held_by(&counts) > 0 && held_by(&counts) + upload > share)
+        {
             counts = self.wait(counts);
         }
         counts.uploads += upload;
+        if let Some(account) = account {
+            *counts.uploads_by.entry(account).or_default() += upload;
+        }
         Some(Ticket {
             queue: self,
             upload,
+            account,
             running: false,
         })
     }
@@ -724,6 +788,14 @@ impl Drop for Ticket<'_> {
             counts.waiting -= 1;
         }
         counts.uploads -= self.upload;
+        if let Some(account) = self.account {
+            if let Some(held) = counts.uploads_by.get_mut(&account) {
+                *held -= self.upload;
+                if *held == 0 {
+                    counts.uploads_by.remove(&account);
+                }
+            }
+        }
         drop(counts);
         // Waiters for a turn and for upload room share the condition.
         self.queue.changed.notify_all();
@@ -1121,5 +1193,32 @@ mod tests {
             alone.upload, 1000,
             "an upload larger than the buffer still fits alone"
         );
+    }
+
+    #[test]
+    fn one_accounts_uploads_leave_room_for_anothers() {
+        let queue = WorkQueue::new(1, 8, 40);
+        let held = [queue.join_as(Some(1), 10), queue.join_as(Some(1), 10)];
+        std::thread::scope(|s| {
+            let third = s.spawn(|| queue.join_as(Some(1), 10).map(|_| ()));
+            while queue.depth() < 3 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(
+                !third.is_finished(),
+                "account 1 holds its half of the buffer"
+            );
+            let other = queue.join_as(Some(2), 10).expect("room for account 2");
+            assert_eq!(queue.uploads_held(), 30);
+            drop(other);
+            drop(held);
+            assert!(
+                third.join().unwrap().is_some(),
+                "room once its own are done"
+            );
+        });
+        assert_eq!(queue.uploads_held(), 0);
+        assert!(queue.lock().uploads_by.is_empty());
     }
 }

@@ -47,7 +47,10 @@ impl AppState {
         let ticket = self
             .pipeline
             .queue
-            .join(upload.declared.unwrap_or(upload.most))
+            .join_as(
+                Some(caller.account.id),
+                upload.declared.unwrap_or(upload.most),
+            )
             .ok_or_else(|| ApiError::Unavailable("the work queue is full".into()))?;
         Ok(Admission {
             state: self,
@@ -85,19 +88,23 @@ impl AppState {
 }
 
 impl Admission<'_> {
-    /// Cuts out `image` and, only once that worked, counts it.
+    /// Cuts out `image` and, only once that worked, counts it. A client
+    /// gone before its model runs costs nothing and no work; one that
+    /// leaves while it runs is charged, as remove.bg charges every image
+    /// it processed: the board's time was spent.
     pub fn cut_out_and_charge(
         self,
         caller: &Caller,
         image: &[u8],
-        size: SizeMode,
-        subject: SubjectType,
+        (size, subject): (SizeMode, SubjectType),
         finish: &Finish,
+        client_gone: &dyn Fn() -> bool,
     ) -> Result<Charged, ApiError> {
         let state = self.state;
-        let cut = state
-            .pipeline
-            .cut_out(self.ticket, image, size, subject, finish)?;
+        let cut =
+            state
+                .pipeline
+                .cut_out_for(self.ticket, image, size, subject, finish, client_gone)?;
         let now = state.clock.now_unix();
         let month = Month::of_unix(now);
         let used = state

@@ -116,7 +116,8 @@ impl AppState {
                     settings.inference_workers,
                     settings.queue_capacity,
                     settings.upload_buffer,
-                );
+                )
+                .with_max_pixels(settings.max_pixels);
                 pipeline
                     .default_model()
                     .inference
@@ -133,18 +134,24 @@ impl AppState {
                 settings.inference_workers,
                 settings.queue_capacity,
                 settings.upload_buffer,
-            ),
+            )
+            .with_max_pixels(settings.max_pixels),
         };
         let dashboard = DashboardState::default();
         if store.admin_password_hash()?.is_none() {
             let token = random_token();
+            // The token travels only over HTTPS where there is HTTPS.
+            let (scheme, addr) = match &tls {
+                Some(tls) => ("https", tls.addr),
+                None => ("http", addr),
+            };
             let host = if addr.ip().is_unspecified() {
                 format!("<this appliance's address>:{}", addr.port())
             } else {
                 addr.to_string()
             };
             log::warn!(
-                "No operator password is set. Set one at http://{host}/setup?token={token} \
+                "No operator password is set. Set one at {scheme}://{host}/setup?token={token} \
                  (the link works once, until restart), or with `cutout admin set-password`."
             );
             *dashboard.setup_token.lock().unwrap() = Some(token);
@@ -222,7 +229,10 @@ impl AppState {
         let default = self.pipeline.default_model();
         Health {
             model_name: default.spec.name.clone(),
-            model: default.inference.ready().map_err(|e| e.to_string()),
+            model: default
+                .inference
+                .ready()
+                .map_err(|e| file_names_only(&e.to_string())),
             database: self.database_writable(),
         }
     }
@@ -339,4 +349,33 @@ fn cpu_celsius(thermal_dir: &Path) -> Option<f64> {
         .parse()
         .ok()?;
     Some(millis / 1000.0)
+}
+
+/// `text` with each absolute path cut to its file name: `/readyz` answers
+/// anyone on the LAN, who need not learn where the appliance keeps its
+/// files (the log has the whole message).
+fn file_names_only(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match word.find('/') {
+            Some(at) if !word[..at].ends_with(|c: char| c.is_alphanumeric()) => {
+                let last = word.rfind('/').expect("a slash was found");
+                format!("{}{}", &word[..at], &word[last + 1..])
+            }
+            _ => word.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn readiness_names_files_without_their_directories() {
+        let said = "model failed to load: model file /var/lib/cutout/models/isnet.onnx is \
+                    missing (`/usr/lib/x.so`) and/or corrupt";
+        assert_eq!(
+            super::file_names_only(said),
+            "model failed to load: model file isnet.onnx is missing (`x.so`) and/or corrupt"
+        );
+    }
 }

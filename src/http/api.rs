@@ -55,7 +55,9 @@ fn handle(
     let x_type = foreground_type(form.subject.as_deref());
     let image = form.take_image()?;
     let wants_json = wants_json(request);
-    let done = admission.cut_out_and_charge(&caller, &image, size, subject, &finish)?;
+    let done = admission.cut_out_and_charge(&caller, &image, (size, subject), &finish, &|| {
+        request.client_gone()
+    })?;
 
     let foreground = done.cut.foreground;
     let body = if wants_json {

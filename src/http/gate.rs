@@ -36,7 +36,13 @@ pub fn check(state: &AppState, method: &Method, request: &Request) -> Option<Bod
         } else {
             name
         };
-        let location = format!("https://{name}:{}{}", tls.addr.port(), request.url());
+        // A setup link's token came over the LAN in clear: it is not sent
+        // on, and the page over HTTPS asks for the link the log printed.
+        let target = match request.url() {
+            url if url.starts_with("/setup?") => "/setup",
+            url => url,
+        };
+        let location = format!("https://{name}:{}{target}", tls.addr.port());
         return Some(
             Response::from_data(Vec::new())
                 .with_status_code(307)

@@ -89,7 +89,7 @@ pub fn render(state: &AppState, server: &tiny_http::Server) -> String {
         (
             "cutout_connections_evicted_total",
             "counter",
-            "Idle connections closed to make room for a new one past a cap.",
+            "Connections closed to make room for a new one past a cap: idle, pipelining or hung up.",
             connections.evicted as f64,
         ),
         (

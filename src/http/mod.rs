@@ -8,6 +8,7 @@ pub mod form;
 mod gate;
 mod metrics;
 mod options;
+mod refusals;
 mod respond;
 mod session;
 
@@ -71,6 +72,7 @@ fn listen(settings: &Settings) -> Result<(Server, SocketAddr, Option<TlsInfo>)> 
         head_deadline: settings.head_timeout,
         max_connections: settings.max_connections,
         max_per_address: settings.max_connections_per_address,
+        ..ConnectionLimits::default()
     };
     let server = Server::from_listeners(listeners, limits)
         .map_err(|e| anyhow!("starting the HTTP server: {e}"))?;
@@ -146,14 +148,16 @@ impl App {
 
     /// Serves until shut down; returns once every worker has stopped.
     pub fn run(self) {
+        let refusals = Arc::new(refusals::RefusalLog::default());
         let workers: Vec<_> = (0..self.settings.http_workers)
             .map(|i| {
                 let (server, state) = (self.server.clone(), self.state.clone());
+                let refusals = refusals.clone();
                 thread::Builder::new()
                     .name(format!("http-{i}"))
                     .spawn(move || {
                         while let Ok(request) = server.recv() {
-                            serve(&state, &server, request);
+                            serve(&state, &server, &refusals, request);
                         }
                     })
                     .expect("spawning an HTTP worker")
@@ -180,7 +184,7 @@ impl ShutdownHandle {
     }
 }
 
-fn serve(state: &AppState, server: &Server, mut request: Request) {
+fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut request: Request) {
     let started = Instant::now();
     let in_flight = state.serving();
     let method = request.method().clone();
@@ -197,6 +201,9 @@ fn serve(state: &AppState, server: &Server, mut request: Request) {
     for (name, value) in SECURITY_HEADERS {
         response.add_header(respond::header(name, value));
     }
+    if request.secure() {
+        response.add_header(respond::header("Strict-Transport-Security", HSTS));
+    }
     let status = response.status_code().0;
     let bytes = response.data_length().unwrap_or(0);
     state.stats.record_request(route_label(&path), status);
@@ -210,17 +217,25 @@ fn serve(state: &AppState, server: &Server, mut request: Request) {
             .stats
             .record(state.clock.now_unix(), status, started.elapsed());
     }
+    let client = request.remote_addr().map(|a| a.ip());
     if let Err(e) = request.respond(response) {
         log::debug!("writing the response failed: {e}");
     }
     drop(in_flight);
-    log::info!(
-        "{method} {} {status} account={} bytes={bytes} {}ms",
-        shortened(&path, MAX_LOGGED_PATH),
-        outcome.account.as_deref().unwrap_or("-"),
-        started.elapsed().as_millis()
-    );
+    if status < 400 || refusals.first_in_interval(client, status, Instant::now()) {
+        log::info!(
+            "{method} {} {status} account={} bytes={bytes} {}ms",
+            shortened(&path, MAX_LOGGED_PATH),
+            outcome.account.as_deref().unwrap_or("-"),
+            started.elapsed().as_millis()
+        );
+    }
 }
+
+/// HTTPS answers tell browsers to use HTTPS alone for a year. A browser
+/// heeds it only over a certificate it trusts (RFC 6797, 8.1), so the
+/// self-made certificate's warning can still be passed.
+const HSTS: &str = "max-age=31536000";
 
 /// remove.bg's own routes, so that its clients need only a new address.
 const REMOVE_BG_COMPATIBLE: &str = "/v1.0/removebg";

@@ -96,6 +96,9 @@ fn parse_colour(text: &str) -> Result<Option<[u8; 4]>, ApiError> {
         true => format!("#{text}"),
         false => text.to_owned(),
     };
+    if let Some(why) = out_of_range(&text) {
+        return Err(invalid(OptionField::BgColor, why));
+    }
     csscolorparser::parse(&text)
         .map(|colour| Some(colour.to_rgba8()))
         .map_err(|_| {
@@ -104,6 +107,43 @@ fn parse_colour(text: &str) -> Result<Option<[u8; 4]>, ApiError> {
                 "it takes a hex colour (81d4fa, fff, 81d4fa80) or a CSS colour name (green)",
             )
         })
+}
+
+/// Why a functional colour (`rgb(…)`, `hsl(…)`) is out of range: the
+/// parser clamps what CSS allows past the range, and a value such as
+/// `rgb(1e308,0,0)` is more likely a mistake than red. Channels of `rgb`
+/// take 0 to 255, percentages 0% to 100%, anything else -360 to 360.
+fn out_of_range(text: &str) -> Option<&'static str> {
+    let (function, arguments) = text.split_once('(')?;
+    let rgb = function.trim().to_ascii_lowercase().starts_with("rgb");
+    let arguments = arguments.trim_end().strip_suffix(')').unwrap_or(arguments);
+    let numbers = arguments
+        .split(|c: char| c == ',' || c == '/' || c.is_whitespace())
+        .filter(|part| !part.is_empty());
+    for (i, part) in numbers.enumerate() {
+        let lower = part.to_ascii_lowercase();
+        let (number, percent) = match lower.strip_suffix('%') {
+            Some(number) => (number, true),
+            None => (
+                lower.trim_end_matches(|c: char| c.is_ascii_alphabetic()),
+                false,
+            ),
+        };
+        let Ok(value) = number.parse::<f64>() else {
+            continue;
+        };
+        let fits = match (percent, rgb && i < 3) {
+            (true, _) => (0.0..=100.0).contains(&value),
+            (false, true) => (0.0..=255.0).contains(&value),
+            (false, false) => (-360.0..=360.0).contains(&value),
+        };
+        if !fits {
+            return Some(
+                "a value of it is out of range: rgb channels take 0 to 255, percentages 0% to 100%",
+            );
+        }
+    }
+    None
 }
 
 /// `crop` and its `crop_margin`: `None` unless `crop=true`.
@@ -269,6 +309,26 @@ fn parse_length(text: &str) -> Option<Length> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colours_out_of_range_are_refused_not_clamped() {
+        for bad in [
+            "rgb(1e308,0,0)",
+            "rgb(256 0 0)",
+            "rgba(0,0,0,200%)",
+            "hsl(1e9,50%,50%)",
+            "rgb(-1,0,0)",
+        ] {
+            assert!(parse_colour(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_colour("rgb(255, 0, 0)").unwrap(),
+            Some([255, 0, 0, 255])
+        );
+        assert!(parse_colour("rgba(0 0 255 / 50%)").is_ok());
+        assert!(parse_colour("hsl(120deg, 100%, 25%)").is_ok());
+        assert_eq!(parse_colour("green").unwrap(), Some([0, 128, 0, 255]));
+    }
 
     #[test]
     fn lengths_are_pixels_or_percentages_never_negative_or_infinite() {

@@ -23,8 +23,8 @@ const MAX_HEADER_ALLOC: u64 = 32 * 1024 * 1024;
 pub enum DecodeError {
     #[error("not a JPEG, PNG or WEBP")]
     Unsupported,
-    #[error("{width}x{height} is over the pixel limit")]
-    TooLarge { width: u32, height: u32 },
+    #[error("{width}x{height} is over the limit of {most} pixels")]
+    TooLarge { width: u32, height: u32, most: u64 },
     #[error("{0}")]
     Invalid(String),
 }
@@ -45,14 +45,19 @@ pub fn format_of(bytes: &[u8]) -> Result<ImageFormat, DecodeError> {
 /// upright. Grey, 16-bit, CMYK and palette inputs end up as one of the two;
 /// an animation gives its first frame.
 pub fn decode(bytes: &[u8]) -> Result<DynamicImage, DecodeError> {
-    decode_reusing(bytes, Vec::new())
+    decode_reusing(bytes, Vec::new(), MAX_PIXELS_DECODED)
 }
 
 /// `decode`, with the pixels of an 8-bit RGB or RGBA file written into
 /// `spare`'s memory when it is large enough: faulting in a 12 MP photo's
-/// 36 MB of fresh pages took a third of its decode.
-pub fn decode_reusing(bytes: &[u8], spare: Vec<u8>) -> Result<DynamicImage, DecodeError> {
-    decode_within(bytes, spare, MAX_PIXELS_DECODED)
+/// 36 MB of fresh pages took a third of its decode. More than
+/// `max_pixels` are refused before any is decoded.
+pub fn decode_reusing(
+    bytes: &[u8],
+    spare: Vec<u8>,
+    max_pixels: u64,
+) -> Result<DynamicImage, DecodeError> {
+    decode_within(bytes, spare, max_pixels.min(MAX_PIXELS_DECODED))
 }
 
 /// `decode`, refusing more than `max_pixels` before any is decoded.
@@ -81,7 +86,11 @@ fn decode_within(
     })?;
     let (width, height) = decoder.dimensions();
     if u64::from(width) * u64::from(height) > max_pixels {
-        return Err(DecodeError::TooLarge { width, height });
+        return Err(DecodeError::TooLarge {
+            width,
+            height,
+            most: max_pixels,
+        });
     }
     decoder
         .set_limits(allocating_at_most(MAX_DECODER_ALLOC))
@@ -160,6 +169,7 @@ fn from_image_error(e: ImageError) -> DecodeError {
         ImageError::Limits(_) => DecodeError::TooLarge {
             width: 0,
             height: 0,
+            most: MAX_PIXELS_DECODED,
         },
         ImageError::Unsupported(e) => DecodeError::Invalid(e.to_string()),
         other => DecodeError::Invalid(other.to_string()),
@@ -182,12 +192,12 @@ mod tests {
         let (large, small) = (jpeg(320, 240), jpeg(64, 48));
         let spare = decode(&large).unwrap().into_bytes();
         let at = spare.as_ptr();
-        let reused = decode_reusing(&small, spare).unwrap();
+        let reused = decode_reusing(&small, spare, MAX_PIXELS_DECODED).unwrap();
         assert_eq!(reused, decode(&small).unwrap());
         assert_eq!(reused.as_bytes().as_ptr(), at, "decoded into the spare");
 
         let too_small = decode(&small).unwrap().into_bytes();
-        let grown = decode_reusing(&large, too_small).unwrap();
+        let grown = decode_reusing(&large, too_small, MAX_PIXELS_DECODED).unwrap();
         assert_eq!(grown, decode(&large).unwrap());
     }
 

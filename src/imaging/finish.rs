@@ -75,6 +75,27 @@ pub struct Roi {
     pub bottom: Length,
 }
 
+impl Roi {
+    /// Why it does not fit a `width`×`height` photo: a corner in pixels
+    /// past the photo's edge.
+    pub fn outside(&self, width: u32, height: u32) -> Option<String> {
+        let corners = [
+            ("x1", self.left, width, "width"),
+            ("y1", self.top, height, "height"),
+            ("x2", self.right, width, "width"),
+            ("y2", self.bottom, height, "height"),
+        ];
+        corners
+            .iter()
+            .find_map(|(name, length, whole, side)| match length {
+                Length::Px(px) if *px > *whole as f32 => Some(format!(
+                    "{name} is {px}px, past the photo's {whole}px {side}"
+                )),
+                _ => None,
+            })
+    }
+}
+
 /// remove.bg's `crop_margin`, around the subject's box; percentages of
 /// the subject's height (top, bottom) or width (left, right).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -2,6 +2,7 @@
 
 mod helpers;
 
+mod attacks;
 mod cli;
 mod connections;
 mod crash;

@@ -61,11 +61,13 @@ on_both_stores! {
     fn accounts_plans_and_keys(store: Arc<dyn Store>) {
         let key = account(store.as_ref(), "acme", "pro");
         assert!(!store.is_empty().unwrap());
-        let name = AccountName::parse("acme").unwrap();
-        assert!(matches!(
-            store.create_account(&name, "pro", NOW),
-            Err(StoreError::AccountExists(_))
-        ));
+        for same in ["acme", "ACME", "Acme"] {
+            let name = AccountName::parse(same).unwrap();
+            assert!(matches!(
+                store.create_account(&name, "pro", NOW),
+                Err(StoreError::AccountExists(_))
+            ), "{same}");
+        }
         let other = AccountName::parse("other").unwrap();
         match store.create_account(&other, "gold", NOW) {
             Err(e @ StoreError::NoSuchPlan(..)) => {

@@ -27,7 +27,9 @@ pub(super) fn try_it(cx: &Ctx, request: &mut Request, account: Account) -> Handl
         Ok((_, form)) if !cx.auth.csrf_matches(form.csrf.as_deref()) => {
             return Err(Failure::BadCsrf)
         }
-        Ok((admission, form)) => cut_out_form(cx, &caller, admission, form),
+        Ok((admission, form)) => {
+            cut_out_form(cx, &caller, admission, form, &|| request.client_gone())
+        }
         Err(e) => Err(e),
     };
     match tried {
@@ -55,6 +57,7 @@ pub(super) fn cut_out_form(
     caller: &Caller,
     admission: Admission<'_>,
     mut form: Form,
+    client_gone: &dyn Fn() -> bool,
 ) -> Result<TryResult, ApiError> {
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
@@ -62,7 +65,8 @@ pub(super) fn cut_out_form(
     let original_type = imaging::format_of(&image)?.to_mime_type();
     let channels = parse_channels(form.channels.as_deref())?;
     let finish = parse_finish(&mut form, channels)?;
-    let done = admission.cut_out_and_charge(caller, &image, size, subject, &finish)?;
+    let done =
+        admission.cut_out_and_charge(caller, &image, (size, subject), &finish, client_gone)?;
     Ok(TryResult {
         serial: 0,
         original: image,

@@ -136,7 +136,10 @@ impl Store for SqliteStore {
     fn create_account(&self, name: &AccountName, plan: &str, now: i64) -> Result<Account> {
         check_plan(self.plans()?, plan)?;
         let inserted = self.conn().execute(
-            "INSERT INTO accounts (name, plan, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
+            // Names are unique regardless of case: Alice and alice are one account.
+            "INSERT INTO accounts (name, plan, created_at) SELECT ?1, ?2, ?3 \
+             WHERE NOT EXISTS (SELECT 1 FROM accounts WHERE lower(name) = lower(?1)) \
+             ON CONFLICT (name) DO NOTHING",
             params![name.as_str(), plan, now],
         )?;
         if inserted == 0 {

@@ -36,13 +36,23 @@ impl Server {
     /// `start` under a limit of `files` open files, as a unit's
     /// `LimitNOFILE` sets it.
     pub fn start_with_open_files(data: &std::path::Path, rust_log: &str, files: u32) -> Server {
+        Server::start_limited(data, rust_log, files, &[])
+    }
+
+    /// `start_with_open_files` with more environment.
+    pub fn start_limited(
+        data: &std::path::Path,
+        rust_log: &str,
+        files: u32,
+        env: &[(&str, String)],
+    ) -> Server {
         let mut command = std::process::Command::new("sh");
         command.args([
             "-c",
             &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
             env!("CARGO_BIN_EXE_cutout"),
         ]);
-        Server::spawn(command, data, &models_dir(), rust_log, &[], &[])
+        Server::spawn(command, data, &models_dir(), rust_log, &[], env)
     }
 
     fn spawn(

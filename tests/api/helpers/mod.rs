@@ -1,8 +1,9 @@
 //! What the API tests share, by what it helps with: the app in this process
 //! (`app`), HTTP as a client speaks it (`http`), test images (`images`), the
 //! dashboard as a browser uses it (`browser`), the binary as a child
-//! process (`child`), a throw-away PostgreSQL server (`postgres`) and a
-//! load balancer in front of several appliances (`haproxy`).
+//! process (`child`), HTTPS with a pinned certificate (`tls`), a
+//! throw-away PostgreSQL server (`postgres`) and a load balancer in front of
+//! several appliances (`haproxy`).
 
 mod app;
 mod browser;
@@ -11,6 +12,7 @@ mod haproxy;
 mod http;
 mod images;
 mod postgres;
+mod tls;
 
 pub use app::*;
 pub use browser::*;
@@ -19,3 +21,4 @@ pub use haproxy::*;
 pub use http::*;
 pub use images::*;
 pub use postgres::*;
+pub use tls::*;

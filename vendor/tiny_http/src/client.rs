@@ -5,12 +5,11 @@ use std::io::Result as IoResult;
 use std::io::{BufReader, BufWriter, ErrorKind, Read};
 
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::common::{HTTPVersion, Method};
+use crate::common::{HTTPVersion, Header, HeaderField, Method};
 use crate::util::refined_tcp_stream::Stream;
-use crate::util::socket::Socket;
+use crate::util::socket::{Socket, MAX_PIPELINED};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
@@ -38,6 +37,9 @@ pub struct ClientConnection {
     // set to true if we know that the previous request is the last one
     no_more_requests: bool,
 
+    // cutout patch 9: requests read on this connection
+    served: u64,
+
     // true if the connection goes through SSL
     secure: bool,
 }
@@ -46,12 +48,15 @@ pub struct ClientConnection {
 const MAX_HEADER_LINE: usize = 8192;
 const MAX_HEADERS: usize = 100;
 const HEADER_TOO_LARGE: &str = "request header too large";
+const MALFORMED: &str = "The request line or a header is malformed.";
 
 /// Error that can happen when reading a request.
 #[derive(Debug)]
 enum ReadError {
-    WrongRequestLine,
-    WrongHeader(HTTPVersion),
+    /// cutout patch 9: a head that breaks HTTP/1.1's grammar, or one that a
+    /// proxy in front could read differently (smuggling); the detail says
+    /// which. Answered 400, and the connection closed.
+    Malformed(&'static str),
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
@@ -74,6 +79,7 @@ impl ClientConnection {
             socket,
             next_header_source: first_header,
             no_more_requests: false,
+            served: 0,
             secure,
         }
     }
@@ -83,78 +89,59 @@ impl ClientConnection {
         self.secure
     }
 
-    /// Reads the next line from self.next_header_source.
-    ///
-    /// Reads until `CRLF` is reached. The next read will start
-    ///  at the first byte of the new line.
-    fn read_next_line(&mut self) -> IoResult<AsciiString> {
-        let mut buf = Vec::new();
-        let mut prev_byte_was_cr = false;
-
-        loop {
-            let byte = self.next_header_source.by_ref().bytes().next();
-
-            let byte = match byte {
-                Some(b) => b?,
-                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
-            };
-
-            if byte == b'\n' && prev_byte_was_cr {
-                buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+    /// cutout patch 9: reads one head line into `head`, with its CRLF. A CR
+    /// or LF alone is malformed: servers and proxies disagree on where such
+    /// a line ends.
+    fn read_line_into(&mut self, head: &mut Vec<u8>) -> Result<(), ReadError> {
+        let start = head.len();
+        let mut after_cr = false;
+        for byte in self.next_header_source.by_ref().bytes() {
+            let byte = byte.map_err(ReadError::ReadIoError)?;
+            match (after_cr, byte) {
+                (true, b'\n') => {
+                    head.push(byte);
+                    return Ok(());
+                }
+                (true, _) => return Err(ReadError::Malformed("A CR in the request head is not followed by LF.")),
+                (false, b'\n') => return Err(ReadError::Malformed("A line of the request head ends in LF without CR.")),
+                _ => {}
             }
-
-            prev_byte_was_cr = byte == b'\r';
-
+            after_cr = byte == b'\r';
             // cutout patch: a line without end would grow without bound.
-            if buf.len() >= MAX_HEADER_LINE {
-                return Err(IoError::new(ErrorKind::InvalidData, HEADER_TOO_LARGE));
+            if head.len() - start >= MAX_HEADER_LINE {
+                return Err(ReadError::ReadIoError(IoError::new(
+                    ErrorKind::InvalidData,
+                    HEADER_TOO_LARGE,
+                )));
             }
-            buf.push(byte);
+            head.push(byte);
         }
+        Err(ReadError::ReadIoError(IoError::new(
+            ErrorKind::ConnectionAborted,
+            "Unexpected EOF",
+        )))
     }
 
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
-        let (method, path, version, headers) = {
-            // reading the request line
-            let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
-
-                parse_request_line(
-                    line.as_str().trim(), // TODO: remove this conversion
-                )?
-            };
-
-            // getting all headers
-            let headers = {
-                let mut headers = Vec::new();
-                loop {
-                    let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
-
-                    if line.is_empty() {
-                        break;
-                    };
-                    if headers.len() >= MAX_HEADERS {
-                        return Err(ReadError::ReadIoError(IoError::new(
-                            ErrorKind::InvalidData,
-                            HEADER_TOO_LARGE,
-                        )));
-                    }
-                    headers.push(match FromStr::from_str(line.as_str().trim()) {
-                        // TODO: remove this conversion
-                        Ok(h) => h,
-                        _ => return Err(ReadError::WrongHeader(version)),
-                    });
-                }
-
-                headers
-            };
-
-            (method, path, version, headers)
-        };
+        let mut head = Vec::with_capacity(512);
+        let mut lines = 0;
+        loop {
+            let start = head.len();
+            self.read_line_into(&mut head)?;
+            if head.len() - start == 2 && lines > 0 {
+                break;
+            }
+            lines += 1;
+            if lines > MAX_HEADERS + 1 {
+                return Err(ReadError::ReadIoError(IoError::new(
+                    ErrorKind::InvalidData,
+                    HEADER_TOO_LARGE,
+                )));
+            }
+        }
+        let (method, path, version, headers) = parse_head(&head)?;
 
         // building the writer for the request
         let writer = self.sink.next().unwrap();
@@ -184,8 +171,7 @@ impl ClientConnection {
             }
         })?;
 
-        // return the request
-        Ok(request)
+        Ok(request.with_socket(self.socket.clone()))
     }
 }
 
@@ -202,164 +188,227 @@ impl Iterator for ClientConnection {
         if self.no_more_requests {
             return None;
         }
+        // cutout patch 9: a client that hung up (or could not be written
+        // to) is owed nothing more, whatever it pipelined before it left.
+        if self.served > 0 && self.socket.client_gone() {
+            return None;
+        }
 
-        loop {
-            let rq = match self.read() {
-                Err(ReadError::WrongRequestLine) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = json_error(
-                        400,
-                        "invalid_request",
-                        "Invalid request",
-                        "The request line or a header is malformed.",
-                    );
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
-                Err(ReadError::WrongHeader(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = json_error(
-                        400,
-                        "invalid_request",
-                        "Invalid request",
-                        "The request line or a header is malformed.",
-                    );
-                    response.raw_print(writer, ver, &[], false, None).ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
-                Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::InvalidData => {
-                    let writer = self.sink.next().unwrap();
-                    let response = json_error(
-                        431,
-                        "request_header_fields_too_large",
-                        "Request header fields too large",
-                        "A request line or header line is over 8 KiB, or there are over 100 headers.",
-                    );
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None;
-                }
-
-                Err(ReadError::ReadIoError(ref err))
-                    if matches!(err.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) =>
-                {
-                    // request timeout
-                    self.socket.head_timed_out();
-                    let writer = self.sink.next().unwrap();
-                    let response = json_error(
-                        408,
-                        "request_timeout",
-                        "Request timeout",
-                        "The request headers were not received in time.",
-                    );
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // closing the connection
-                }
-
-                Err(ReadError::ExpectationFailed(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(417));
-                    response.raw_print(writer, ver, &[], true, None).ok();
-                    return None; // TODO: should be recoverable, but needs handling in case of body
-                }
-
-                Err(ReadError::ReadIoError(_)) => return None,
-
-                Ok(rq) => rq,
-            };
-
-            // checking HTTP version
-            if *rq.http_version() > (1, 1) {
+        let rq = match self.read() {
+            Err(ReadError::Malformed(detail)) => {
                 let writer = self.sink.next().unwrap();
-                let response = Response::from_string(
-                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
-                )
-                .with_status_code(StatusCode(505));
+                let response = json_error(400, "invalid_request", "Invalid request", detail);
                 response
                     .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                     .ok();
-                continue;
+                return None; // we don't know where the next request would start,
+                             // se we have to close
             }
 
-            // cutout patch 7: the head is in; the body has the socket timeout.
-            self.socket.busy();
+            Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::InvalidData => {
+                let writer = self.sink.next().unwrap();
+                let response = json_error(
+                    431,
+                    "request_header_fields_too_large",
+                    "Request header fields too large",
+                    "A request line or header line is over 8 KiB, or there are over 100 headers.",
+                );
+                response
+                    .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                    .ok();
+                return None;
+            }
 
-            // updating the status of the connection
-            let connection_header = rq
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Connection"))
-                .map(|h| h.value.as_str());
+            Err(ReadError::ReadIoError(ref err))
+                if matches!(err.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) =>
+            {
+                // request timeout
+                self.socket.head_timed_out();
+                let writer = self.sink.next().unwrap();
+                let response = json_error(
+                    408,
+                    "request_timeout",
+                    "Request timeout",
+                    "The request headers were not received in time.",
+                );
+                response
+                    .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                    .ok();
+                return None; // closing the connection
+            }
 
-            let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
+            Err(ReadError::ExpectationFailed(ver)) => {
+                let writer = self.sink.next().unwrap();
+                let response = Response::new_empty(StatusCode(417));
+                response.raw_print(writer, ver, &[], true, None).ok();
+                return None; // TODO: should be recoverable, but needs handling in case of body
+            }
 
-            match lowercase {
-                Some(ref val) if val.contains("close") => self.no_more_requests = true,
-                Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
-                Some(ref val)
-                    if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
-                {
-                    self.no_more_requests = true
-                }
-                None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
-                _ => (),
-            };
+            Err(ReadError::ReadIoError(_)) => return None,
 
-            // returning the request
-            return Some(rq);
+            Ok(rq) => rq,
+        };
+        self.served += 1;
+
+        // cutout patch 7: the head is in; the body has its own clock.
+        // Patch 9: past a run of pipelined requests, this one is the last.
+        if self.socket.busy() >= MAX_PIPELINED {
+            self.no_more_requests = true;
         }
+
+        // updating the status of the connection
+        let connection_header = rq
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv("Connection"))
+            .map(|h| h.value.as_str());
+
+        let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
+
+        match lowercase {
+            Some(ref val) if val.contains("close") => self.no_more_requests = true,
+            Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
+            Some(ref val)
+                if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
+            {
+                self.no_more_requests = true
+            }
+            None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
+            _ => (),
+        };
+
+        // returning the request
+        Some(rq)
     }
 }
 
-/// Parses a "HTTP/1.1" string.
-fn parse_http_version(version: &str) -> Result<HTTPVersion, ReadError> {
-    let (major, minor) = match version {
-        "HTTP/0.9" => (0, 9),
-        "HTTP/1.0" => (1, 0),
-        "HTTP/1.1" => (1, 1),
-        "HTTP/2.0" => (2, 0),
-        "HTTP/3.0" => (3, 0),
-        _ => return Err(ReadError::WrongRequestLine),
+type Head = (Method, String, HTTPVersion, Vec<Header>);
+
+/// cutout patch 9: a request head (request line and header lines, each
+/// ending in CRLF, then an empty line), parsed by `httparse`, hyper's
+/// parser: a method token, a target of visible ASCII, HTTP/1.0 or 1.1, and
+/// header values without control characters. Then what could be framed
+/// two ways is refused: two Content-Length or Host headers, Content-Length
+/// beside Transfer-Encoding, a transfer coding other than chunked, a
+/// Content-Length that is not a number.
+fn parse_head(head: &[u8]) -> Result<Head, ReadError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut slots);
+    match parsed.parse(head) {
+        Ok(httparse::Status::Complete(length)) if length == head.len() => {}
+        _ => return Err(ReadError::Malformed(MALFORMED)),
+    }
+    let method = parsed.method.ok_or(ReadError::Malformed(MALFORMED))?;
+    let method: Method = method.parse().map_err(|_| ReadError::Malformed(MALFORMED))?;
+    let path = parsed.path.ok_or(ReadError::Malformed(MALFORMED))?;
+    if !path.is_ascii() {
+        return Err(ReadError::Malformed("The request target is not ASCII."));
+    }
+    let version = match parsed.version {
+        Some(0) => HTTPVersion(1, 0),
+        Some(1) => HTTPVersion(1, 1),
+        _ => return Err(ReadError::Malformed(MALFORMED)),
     };
-
-    Ok(HTTPVersion(major, minor))
-}
-
-/// Parses the request line of the request.
-/// eg. GET / HTTP/1.1
-fn parse_request_line(line: &str) -> Result<(Method, String, HTTPVersion), ReadError> {
-    let mut parts = line.split(' ');
-
-    let method = parts.next().and_then(|w| w.parse().ok());
-    let path = parts.next().map(ToOwned::to_owned);
-    let version = parts.next().and_then(|w| parse_http_version(w).ok());
-
-    method
-        .and_then(|method| Some((method, path?, version?)))
-        .ok_or(ReadError::WrongRequestLine)
+    let mut headers = Vec::with_capacity(parsed.headers.len());
+    for h in parsed.headers.iter() {
+        let field: HeaderField = h.name.parse().map_err(|_| ReadError::Malformed(MALFORMED))?;
+        let value = AsciiString::from_ascii(h.value.trim_ascii())
+            .map_err(|_| ReadError::Malformed("A header value is not ASCII."))?;
+        headers.push(Header { field, value });
+    }
+    let named = |name: &'static str| -> Vec<&Header> {
+        headers.iter().filter(|h| h.field.equiv(name)).collect()
+    };
+    let (lengths, hosts, codings) = (
+        named("Content-Length"),
+        named("Host"),
+        named("Transfer-Encoding"),
+    );
+    if lengths.len() > 1 {
+        return Err(ReadError::Malformed(
+            "The request has more than one Content-Length header.",
+        ));
+    }
+    if hosts.len() > 1 {
+        return Err(ReadError::Malformed("The request has more than one Host header."));
+    }
+    if let Some(length) = lengths.first() {
+        let digits = length.value.as_str();
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ReadError::Malformed("The Content-Length is not a number."));
+        }
+    }
+    if let Some(coding) = codings.first() {
+        if !lengths.is_empty() {
+            return Err(ReadError::Malformed(
+                "The request has both Content-Length and Transfer-Encoding.",
+            ));
+        }
+        let chunked = coding.value.as_str().eq_ignore_ascii_case("chunked");
+        if !chunked || codings.len() > 1 || version == HTTPVersion(1, 0) {
+            return Err(ReadError::Malformed(
+                "The only transfer coding taken is chunked, alone, over HTTP/1.1.",
+            ));
+        }
+    }
+    Ok((method, path.to_owned(), version, headers))
 }
 
 #[cfg(test)]
 mod test {
+    use super::{parse_head, ReadError};
+
+    fn refused(head: &str) -> &'static str {
+        match parse_head(head.as_bytes()) {
+            Err(ReadError::Malformed(why)) => why,
+            other => panic!("{:?} was not refused: {:?}", head, other),
+        }
+    }
+
     #[test]
-    fn test_parse_request_line() {
-        let (method, path, ver) = super::parse_request_line("GET /hello HTTP/1.1").unwrap();
+    fn a_plain_head_is_parsed() {
+        let (method, path, version, headers) =
+            parse_head(b"POST /hello?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length:  12 \r\n\r\n")
+                .unwrap();
+        assert!(method == crate::Method::Post);
+        assert_eq!(path, "/hello?x=1");
+        assert!(version == crate::common::HTTPVersion(1, 1));
+        assert_eq!(headers.len(), 2);
+        assert_eq!(headers[1].value.as_str(), "12");
+    }
 
-        assert!(method == crate::Method::Get);
-        assert!(path == "/hello");
-        assert!(ver == crate::common::HTTPVersion(1, 1));
+    #[test]
+    fn heads_that_could_be_framed_two_ways_are_refused() {
+        for head in [
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        ] {
+            refused(head);
+        }
+    }
 
-        assert!(super::parse_request_line("GET /hello").is_err());
-        assert!(super::parse_request_line("qsd qsd qsd").is_err());
+    #[test]
+    fn control_characters_and_bad_lines_are_refused() {
+        for head in [
+            "GET /a\x01b HTTP/1.1\r\n\r\n",
+            "GET /a b HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nX-A: a\x00b\r\n\r\n",
+            "GET / HTTP/1.1\r\nX-A: a\x1bb\r\n\r\n",
+            "GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
+            "GET / HTTP/1.1\r\n folded: x\r\n\r\n",
+            "GET / HTTP/2.0\r\n\r\n",
+            "GET /hello\r\n\r\n",
+            "qsd qsd qsd\r\n\r\n",
+        ] {
+            refused(head);
+        }
     }
 }
 

@@ -115,6 +115,16 @@ impl Connection {
         }
     }
 }
+// cutout patch 9: polled for a client that hung up.
+#[cfg(unix)]
+impl std::os::fd::AsFd for Connection {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Self::Tcp(s) => s.as_fd(),
+            Self::Unix(s) => s.as_fd(),
+        }
+    }
+}
 impl From<TcpStream> for Connection {
     fn from(s: TcpStream) -> Self {
         Self::Tcp(s)

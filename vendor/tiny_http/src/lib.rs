@@ -455,6 +455,7 @@ fn serve_connection<Ssl: SslAccept>(
         }
         socket.waiting();
     }
+    socket.close_gracefully();
 }
 
 /// How a listener's connections begin: plain HTTP at once, TLS after its

@@ -74,6 +74,9 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // cutout patch 9: the connection it came on, to see its client hang up
+    socket: Option<std::sync::Arc<crate::util::socket::Socket>>,
 }
 
 struct NotifyOnDrop<R> {
@@ -255,6 +258,7 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        socket: None,
     })
 }
 
@@ -484,6 +488,19 @@ impl Request {
             ErrorKind::ConnectionReset => Ok(()),
             _ => Err(err),
         })
+    }
+
+    pub(crate) fn with_socket(mut self, socket: std::sync::Arc<crate::util::socket::Socket>) -> Self {
+        self.socket = Some(socket);
+        self
+    }
+
+    /// cutout patch 9: whether the client has hung up (or reset the
+    /// connection), so that no answer can reach it: worth asking before
+    /// costly work. A client that only half-closes its side after sending
+    /// reads as gone too.
+    pub fn client_gone(&self) -> bool {
+        self.socket.as_ref().is_some_and(|s| s.client_gone())
     }
 
     pub(crate) fn with_notify_sender(mut self, sender: Sender<()>) -> Self {

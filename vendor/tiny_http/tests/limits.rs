@@ -1,6 +1,7 @@
-//! cutout patches 7 and 8 against real sockets: idle connections past the
-//! caps never stop the server, and the TLS port explains itself to a
-//! plain-HTTP client.
+//! cutout patches 7, 8 and 9 against real sockets: idle connections past
+//! the caps never stop the server, the TLS port explains itself to a
+//! plain-HTTP client, a body must keep coming, and a client that hung up
+//! is not served what it pipelined.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -97,6 +98,67 @@ fn a_head_that_does_not_arrive_in_time_gets_408() {
     assert!(!reply.is_empty(), "an answer came");
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(server.connection_stats().head_timeouts, 1);
+}
+
+#[test]
+fn a_body_that_trickles_in_times_out_at_its_deadline() {
+    let (listener, addr) = listener();
+    let limits = ConnectionLimits {
+        body_grace: Duration::from_millis(500),
+        body_min_rate: 1024,
+        ..ConnectionLimits::default()
+    };
+    let server = Arc::new(Server::from_listeners(vec![(listener, None)], limits).unwrap());
+    let reader = thread::spawn(move || {
+        let mut request = server.recv().unwrap();
+        let started = Instant::now();
+        let read = request.as_reader().read_to_end(&mut Vec::new());
+        (read.map_err(|e| e.kind()), started.elapsed())
+    });
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n")
+        .unwrap();
+    // 100 bytes a second, a tenth of the minimum rate.
+    while !reader.is_finished() {
+        if stream.write_all(b"0123456789").is_err() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (read, took) = reader.join().unwrap();
+    let kind = read.unwrap_err();
+    assert!(
+        matches!(kind, std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock),
+        "{:?}",
+        kind
+    );
+    assert!(took >= Duration::from_millis(500) && took < Duration::from_secs(2), "{:?}", took);
+}
+
+#[test]
+fn requests_a_client_pipelined_before_hanging_up_are_not_served() {
+    let (listener, addr) = listener();
+    let server = Arc::new(Server::from_listeners(vec![(listener, None)], ConnectionLimits::default()).unwrap());
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let (server, served) = (server.clone(), served.clone());
+        thread::spawn(move || {
+            while let Ok(request) = server.recv() {
+                thread::sleep(Duration::from_millis(50));
+                served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = request.respond(Response::from_string("hello"));
+            }
+        });
+    }
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .write_all("GET / HTTP/1.1\r\nHost: t\r\n\r\n".repeat(50).as_bytes())
+        .unwrap();
+    drop(stream);
+    thread::sleep(Duration::from_millis(1500));
+    // The first was read before the client left; nothing after it.
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 #[cfg(feature = "ssl-rustls")]

@@ -9,12 +9,19 @@
 //! has waited longest for a request head; where none is idle it is closed
 //! at once. Idle: its previous response is sent and its thread is blocked
 //! reading an empty socket, so it holds nothing a client is owed (a new
-//! connection whose request is there but not yet read is not idle). A request head must arrive whole within a deadline,
-//! however slowly its bytes trickle in.
+//! connection whose request is there but not yet read is not idle). A
+//! connection serving requests pipelined behind one another (each head
+//! there before the previous answer was sent) can be closed the same way:
+//! its client is not waiting on the answer being written. A request head
+//! must arrive whole within a deadline, and a body at a minimum rate within
+//! a deadline of its own, however slowly their bytes trickle in. A client
+//! that has hung up, or whose answer could not be written, is served no
+//! further request.
 
 use std::collections::HashMap;
 use std::io::{Error as IoError, ErrorKind, Read, Result as IoResult, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -35,7 +42,17 @@ pub struct ConnectionLimits {
     /// Connections open at once from one client address (an IPv6 address
     /// counts by its /64, which one host may use all of).
     pub max_per_address: usize,
+    /// A request body has this long from its first byte read, plus a second
+    /// for every `body_min_rate` bytes that arrived, up to `body_deadline`
+    /// in all; then its reads fail `TimedOut` (the application's 408).
+    pub body_grace: Duration,
+    pub body_min_rate: u64,
+    pub body_deadline: Duration,
 }
+
+/// Requests answered in a row without the client waiting for an answer
+/// (pipelined); the last is answered and the connection closed.
+pub(crate) const MAX_PIPELINED: u64 = 16;
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
@@ -44,6 +61,9 @@ impl Default for ConnectionLimits {
             head_deadline: Duration::from_secs(10),
             max_connections: 512,
             max_per_address: 64,
+            body_grace: Duration::from_secs(10),
+            body_min_rate: 16 * 1024,
+            body_deadline: Duration::from_secs(120),
         }
     }
 }
@@ -75,6 +95,9 @@ struct Entry {
     /// Since when it waits for a request head; `None` while a request is
     /// being read or answered.
     waiting_since: Option<Instant>,
+    /// Since when it serves requests its client sent without waiting for
+    /// their answers; `None` once a head had to be waited for.
+    pipelined_since: Option<Instant>,
     /// Chosen to make room; its thread is ending.
     evicted: bool,
     /// Its thread is inside a read of the socket.
@@ -123,46 +146,79 @@ impl Registry {
             registry: self.clone(),
             head_deadline: Mutex::new(None),
             reading: Arc::new(AtomicBool::new(false)),
+            head_from_socket: AtomicBool::new(false),
+            answering: AtomicBool::new(false),
+            bytes_behind_answer: AtomicBool::new(false),
+            heads: AtomicU64::new(0),
+            in_a_row: AtomicU64::new(0),
+            body: Mutex::new(BodyClock::default()),
+            broken: AtomicBool::new(false),
         });
         let mut victims = Vec::new();
+        // Sockets upgraded to be looked at, dropped outside the lock: a last
+        // reference leaves the registry as it drops.
+        let mut looked_at = Vec::new();
         let admitted = {
             let mut open = self.lock();
             let now = Instant::now();
             let room_from = |open: &mut HashMap<u64, Entry>,
                              victims: &mut Vec<Arc<Socket>>,
+                             looked_at: &mut Vec<Arc<Socket>>,
                              same: &dyn Fn(&Entry) -> bool,
                              cap: usize| {
                 let live = open.values().filter(|e| !e.evicted && same(e)).count();
                 if live < cap {
                     return true;
                 }
+                // First one whose client has hung up: it is owed nothing.
+                for entry in open.values_mut().filter(|e| !e.evicted && same(e)) {
+                    let Some(socket) = entry.socket.upgrade() else {
+                        continue;
+                    };
+                    if socket.client_gone() {
+                        entry.evicted = true;
+                        victims.push(socket);
+                        return true;
+                    }
+                    looked_at.push(socket);
+                }
+                // Then the one idle or pipelining the longest.
+                let idle_since = |e: &Entry| {
+                    let idle = e.waiting_since.filter(|_| e.reading.load(Ordering::Relaxed));
+                    idle.or(e.pipelined_since)
+                };
                 let oldest = open
                     .iter_mut()
                     .filter(|(_, e)| !e.evicted && same(e))
-                    .filter(|(_, e)| e.reading.load(Ordering::Relaxed))
-                    .filter_map(|(_, e)| Some((e.waiting_since?, e)))
+                    .filter_map(|(_, e)| Some((idle_since(e)?, e)))
                     .min_by_key(|(since, _)| *since);
-                match oldest {
-                    Some((_, entry)) => {
-                        entry.evicted = true;
-                        victims.extend(entry.socket.upgrade());
-                        true
-                    }
-                    None => false,
+                if let Some((_, entry)) = oldest {
+                    entry.evicted = true;
+                    victims.extend(entry.socket.upgrade());
+                    return true;
                 }
+                false
             };
             let admitted = room_from(
                 &mut open,
                 &mut victims,
+                &mut looked_at,
                 &|e| e.address == address,
                 self.limits.max_per_address,
-            ) && room_from(&mut open, &mut victims, &|_| true, self.limits.max_connections);
+            ) && room_from(
+                &mut open,
+                &mut victims,
+                &mut looked_at,
+                &|_| true,
+                self.limits.max_connections,
+            );
             if admitted {
                 open.insert(
                     socket.id,
                     Entry {
                         address,
                         waiting_since: Some(now),
+                        pipelined_since: None,
                         evicted: false,
                         reading: socket.reading.clone(),
                         socket: Arc::downgrade(&socket),
@@ -173,6 +229,7 @@ impl Registry {
         };
         // Outside the lock: a victim whose last reference is this one
         // leaves the registry as it drops.
+        drop(looked_at);
         self.evicted
             .fetch_add(victims.len() as u64, Ordering::Relaxed);
         for victim in victims {
@@ -216,6 +273,30 @@ pub(crate) struct Socket {
     head_deadline: Mutex<Option<Instant>>,
     /// A thread is inside a read of the socket (blocked, when it is empty).
     reading: Arc<AtomicBool>,
+    /// Some of the awaited head was read from the socket, not all from
+    /// what an earlier read had buffered.
+    head_from_socket: AtomicBool,
+    /// The answer to the request read last has begun.
+    answering: AtomicBool,
+    /// When that answer began, the client had sent more: it did not wait.
+    bytes_behind_answer: AtomicBool,
+    /// Request heads read on this connection.
+    heads: AtomicU64,
+    /// Requests in a row, each head there before the previous answer was
+    /// sent, counting the one before them.
+    in_a_row: AtomicU64,
+    body: Mutex<BodyClock>,
+    /// A write failed: the client cannot be answered any more.
+    broken: AtomicBool,
+}
+
+/// How much of a request body has arrived, and since when.
+#[derive(Default)]
+struct BodyClock {
+    /// Its first read; `None` until the application reads the body (it may
+    /// wait for room first).
+    started: Option<Instant>,
+    bytes: u64,
 }
 
 impl Socket {
@@ -231,6 +312,7 @@ impl Socket {
     /// connection may be closed to make room for another.
     pub(crate) fn waiting(&self) {
         let now = Instant::now();
+        self.head_from_socket.store(false, Ordering::Relaxed);
         *self.head_deadline.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(now + self.registry.limits.head_deadline);
         if let Some(entry) = self.registry.lock().get_mut(&self.id) {
@@ -238,15 +320,91 @@ impl Socket {
         }
     }
 
-    /// A request head has arrived: the socket timeout alone applies again.
-    pub(crate) fn busy(&self) {
+    /// A request head has arrived: the body's clock applies from its first
+    /// read. Returns how many requests in a row, this one included, its
+    /// client sent without waiting for an answer (each head there before
+    /// the previous answer was sent).
+    pub(crate) fn busy(&self) -> u64 {
         *self.head_deadline.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.body.lock().unwrap_or_else(|p| p.into_inner()) = BodyClock::default();
         self.connection
             .set_read_timeout(self.registry.limits.socket_timeout)
             .ok();
+        let first = self.heads.fetch_add(1, Ordering::Relaxed) == 0;
+        // Pipelined: this head came before the previous answer went out,
+        // with it in the socket or already read along with the request
+        // before.
+        let pipelined = self.bytes_behind_answer.swap(false, Ordering::Relaxed)
+            || !self.head_from_socket.load(Ordering::Relaxed);
+        self.answering.store(false, Ordering::Relaxed);
+        let in_a_row = if first || !pipelined {
+            self.in_a_row.store(1, Ordering::Relaxed);
+            1
+        } else {
+            self.in_a_row.fetch_add(1, Ordering::Relaxed) + 1
+        };
         if let Some(entry) = self.registry.lock().get_mut(&self.id) {
             entry.waiting_since = None;
+            entry.pipelined_since = match in_a_row {
+                1 => None,
+                _ => entry.pipelined_since.or(Some(Instant::now())),
+            };
         }
+        in_a_row
+    }
+
+    /// The client has hung up (or reset the connection), or an answer to
+    /// it could not be written: nothing more it asked for can reach it.
+    /// Requests it pipelined before hanging up are still in the socket;
+    /// this looks past them.
+    pub fn client_gone(&self) -> bool {
+        self.broken.load(Ordering::Relaxed)
+            || self
+                .poll_now(PollFlags::RDHUP)
+                .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
+    }
+
+    /// What `poll(2)` says of the socket now, for `events`, without waiting.
+    fn poll_now(&self, events: PollFlags) -> PollFlags {
+        let mut fds = [PollFd::new(&self.connection, events)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match poll(&mut fds, Some(&now)) {
+            Ok(1..) => fds[0].revents(),
+            _ => PollFlags::empty(),
+        }
+    }
+
+    /// cutout patch 9: ends a connection the server is done with while
+    /// its client may still be sending (past a malformed head, past a run
+    /// of pipelined requests). Closed at once with bytes unread, the socket
+    /// would be reset, and the reset can reach the client before the last
+    /// answer does; so the server's side is shut first and what still
+    /// comes is read and dropped, for at most a second and 64 KiB.
+    pub(crate) fn close_gracefully(&self) {
+        if self.client_gone() || self.connection.shutdown(Shutdown::Write).is_err() {
+            return;
+        }
+        let until = Instant::now() + Duration::from_secs(1);
+        let mut buf = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            let wait = until.saturating_duration_since(Instant::now());
+            if wait.is_zero() || self.connection.set_read_timeout(Some(wait)).is_err() {
+                return;
+            }
+            match (&self.connection).read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    }
+
+    /// Whether a read would return at once (bytes there, or the end).
+    fn readable_now(&self) -> bool {
+        !self.poll_now(PollFlags::IN).is_empty()
     }
 
     pub(crate) fn head_timed_out(&self) {
@@ -299,19 +457,69 @@ impl Drop for Socket {
     }
 }
 
+impl Socket {
+    /// A body's read may wait only until the body's deadline: its grace
+    /// and a second for every `body_min_rate` bytes come, within
+    /// `body_deadline` in all.
+    fn arm_body_deadline(&self) -> IoResult<()> {
+        let limits = &self.registry.limits;
+        let left = {
+            let mut body = self.body.lock().unwrap_or_else(|p| p.into_inner());
+            let started = *body.started.get_or_insert_with(Instant::now);
+            let earned = Duration::from_secs_f64(body.bytes as f64 / limits.body_min_rate as f64);
+            let allowed = (limits.body_grace + earned).min(limits.body_deadline);
+            allowed.saturating_sub(started.elapsed())
+        };
+        if left.is_zero() {
+            return Err(IoError::new(
+                ErrorKind::TimedOut,
+                "the request body did not arrive in time",
+            ));
+        }
+        let wait = match limits.socket_timeout {
+            Some(timeout) => left.min(timeout),
+            None => left,
+        };
+        self.connection.set_read_timeout(Some(wait))
+    }
+}
+
 impl Read for &Socket {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
-        self.arm_head_deadline()?;
+        let head = self
+            .head_deadline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if head {
+            self.arm_head_deadline()?;
+            self.head_from_socket.store(true, Ordering::Relaxed);
+        } else {
+            self.arm_body_deadline()?;
+        }
         self.reading.store(true, Ordering::Relaxed);
         let read = (&self.connection).read(buf);
         self.reading.store(false, Ordering::Relaxed);
+        if let (false, Ok(n)) = (head, &read) {
+            self.body.lock().unwrap_or_else(|p| p.into_inner()).bytes += *n as u64;
+        }
         read
     }
 }
 
 impl Write for &Socket {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
-        (&self.connection).write(buf)
+        if !self.answering.swap(true, Ordering::Relaxed) && self.readable_now() {
+            self.bytes_behind_answer.store(true, Ordering::Relaxed);
+        }
+        let written = (&self.connection).write(buf);
+        if written
+            .as_ref()
+            .is_err_and(|e| e.kind() != ErrorKind::Interrupted)
+        {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        written
     }
 
     fn flush(&mut self) -> IoResult<()> {
@@ -407,15 +615,31 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_whose_client_hung_up_makes_room() {
+        let registry = Registry::new(limits(10, 1));
+        let mut conns = pairs(2).into_iter();
+        let (mut c1, first, peer) = conns.next().unwrap();
+        c1.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let first = registry.admit(first, Some(peer)).unwrap();
+        first.busy();
+        drop(c1);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(first.client_gone());
+        let (_c2, second, peer2) = conns.next().unwrap();
+        assert!(registry.admit(second, Some(peer2)).is_some());
+        assert_eq!(registry.stats().evicted, 1);
+    }
+
+    #[test]
     fn with_every_connection_busy_a_new_one_is_refused() {
         let registry = Registry::new(limits(2, 2));
         let mut kept = vec![];
+        // Their clients stay: one that hung up would make room.
         for (client, connection, peer) in pairs(3) {
             if let Some(socket) = registry.admit(connection, Some(peer)) {
                 socket.busy();
-                kept.push(socket);
+                kept.push((client, socket));
             }
-            drop(client);
         }
         let stats = registry.stats();
         assert_eq!((stats.open, stats.refused, stats.evicted), (2, 1, 0));
