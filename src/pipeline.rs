@@ -397,7 +397,7 @@ impl Pipeline {
         let spec = &model.spec;
         let laps = ["prepare", "model"];
         let (mut model_input, mut first) =
-            run_model(model, spec.input, &original, &mut watch, laps)?;
+            run_model_unless(model, spec.input, &original, &mut watch, laps, client_gone)?;
         self.settle_trial();
         // The raw matte is kept only for a blend; otherwise it is levelled in place.
         let blends = subject == SubjectType::Auto && spec.blend.is_some();
@@ -518,6 +518,19 @@ fn run_model(
     watch: &mut Stopwatch,
     laps: [&'static str; 2],
 ) -> Result<(DynamicImage, Vec<u8>), ApiError> {
+    run_model_unless(model, input, original, watch, laps, &|| false)
+}
+
+/// `run_model`, withdrawn (`ApiError::ClientGone`) if `client_gone` says
+/// so once an inference worker is free for it.
+fn run_model_unless(
+    model: &Model,
+    input: InputSpec,
+    original: &DynamicImage,
+    watch: &mut Stopwatch,
+    laps: [&'static str; 2],
+    client_gone: &dyn Fn() -> bool,
+) -> Result<(DynamicImage, Vec<u8>), ApiError> {
     let spec = &model.spec;
     let place = placement(input, original.width(), original.height());
     let (in_w, in_h) = place.input;
@@ -527,10 +540,11 @@ fn run_model(
     watch.lap(laps[0]);
     let output = model
         .inference
-        .run(tensor, in_w, in_h)
+        .run_unless(tensor, in_w, in_h, client_gone)
         .map_err(|e| match e {
             InferError::Loading | InferError::Failed(_) => ApiError::Unavailable(e.to_string()),
             InferError::Run(cause) => ApiError::Internal(cause),
+            InferError::Withdrawn => ApiError::ClientGone,
         })?;
     watch.lap(laps[1]);
     Ok((model_input, matte_from_output(&output, spec.output, place)))

@@ -1,10 +1,12 @@
 //! The inference pool: the threads that run the model, and whether it is
 //! loaded. How many requests may wait for it is bounded upstream, by the
-//! pipeline's work queue.
+//! pipeline's work queue. A caller takes a free worker before it hands over
+//! its job, so that it can still withdraw once its turn has come (its
+//! client hung up) and no job waits unseen in the channel.
 
 use super::Engine;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread;
 
 pub enum Readiness {
@@ -21,6 +23,8 @@ pub enum InferError {
     Failed(String),
     #[error("inference failed")]
     Run(#[source] anyhow::Error),
+    #[error("the client hung up before the model ran")]
+    Withdrawn,
 }
 
 struct Job {
@@ -34,6 +38,8 @@ struct Job {
 pub struct Inference {
     readiness: Arc<RwLock<Readiness>>,
     jobs: Sender<Job>,
+    /// Workers not running a job.
+    free: Arc<(Mutex<usize>, Condvar)>,
 }
 
 impl Inference {
@@ -49,7 +55,12 @@ impl Inference {
                 .spawn(move || work(&rx, &readiness))
                 .expect("spawning an inference thread");
         }
-        Inference { readiness, jobs }
+        let free = Arc::new((Mutex::new(workers.max(1)), Condvar::new()));
+        Inference {
+            readiness,
+            jobs,
+            free,
+        }
     }
 
     pub fn set(&self, readiness: Readiness) {
@@ -75,7 +86,23 @@ impl Inference {
 
     /// Runs the model on a free worker, waiting for one.
     pub fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>, InferError> {
+        self.run_unless(input, width, height, &|| false)
+    }
+
+    /// `run`, withdrawn (`InferError::Withdrawn`) if `withdrawn` says so
+    /// once a worker is free for it.
+    pub fn run_unless(
+        &self,
+        input: Vec<f32>,
+        width: u32,
+        height: u32,
+        withdrawn: &dyn Fn() -> bool,
+    ) -> Result<Vec<f32>, InferError> {
         self.ready()?;
+        let _worker = WorkerTaken::wait_for(&self.free);
+        if withdrawn() {
+            return Err(InferError::Withdrawn);
+        }
         let (reply, result) = mpsc::channel();
         self.jobs
             .send(Job {
@@ -89,6 +116,27 @@ impl Inference {
             Ok(out) => out.map_err(InferError::Run),
             Err(_) => Err(InferError::Run(anyhow::anyhow!("inference worker stopped"))),
         }
+    }
+}
+
+/// A worker taken for one job, given back when dropped.
+struct WorkerTaken<'a>(&'a (Mutex<usize>, Condvar));
+
+impl<'a> WorkerTaken<'a> {
+    fn wait_for(free: &'a (Mutex<usize>, Condvar)) -> WorkerTaken<'a> {
+        let mut count = free.0.lock().unwrap_or_else(|p| p.into_inner());
+        while *count == 0 {
+            count = free.1.wait(count).unwrap_or_else(|p| p.into_inner());
+        }
+        *count -= 1;
+        WorkerTaken(free)
+    }
+}
+
+impl Drop for WorkerTaken<'_> {
+    fn drop(&mut self) {
+        *self.0 .0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0 .1.notify_one();
     }
 }
 

@@ -197,3 +197,59 @@ fn a_full_server_queue_answers_503_with_retry_after() {
     assert!(running.into_iter().all(|t| t.join().unwrap().status == 200));
     assert_eq!(app.used("big-co"), 4);
 }
+
+/// `post_image`'s request, sent whole; the client hangs up, without
+/// reading the answer, when the stream is dropped.
+fn post_unread(app: &TestApp, key: &str) -> std::net::TcpStream {
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(64, 48));
+    let headers = [
+        ("X-Api-Key".to_owned(), key.to_owned()),
+        ("Content-Type".to_owned(), form.content_type()),
+    ];
+    let raw = raw_request(app.addr, "POST", "/api/remove-bg", &headers, &form.body());
+    let mut stream = std::net::TcpStream::connect(app.addr).unwrap();
+    std::io::Write::write_all(&mut stream, &raw).unwrap();
+    stream
+}
+
+#[test]
+fn a_client_gone_before_its_model_runs_costs_nothing_and_one_gone_during_it_is_charged() {
+    let (app, gate) = gated_app(|s| s.inference_workers = 1);
+    let key = app.account("acme", "business");
+    // One request holds the model; the next waits its turn, then hangs up.
+    let first = send_in_background(&app, &key, 1);
+    wait_until("the first is in flight", || app.in_flight("acme") == 1);
+    let second = post_unread(&app, &key);
+    wait_until("the second waits its turn", || app.in_flight("acme") == 2);
+    drop(second);
+    gate.open();
+    assert_eq!(
+        first.into_iter().next().unwrap().join().unwrap().status,
+        200
+    );
+    wait_until("the second is done", || app.in_flight("acme") == 0);
+    assert_eq!(
+        app.used("acme"),
+        1,
+        "the one gone before its turn is not charged"
+    );
+    let metrics = app.request("GET", "/metrics", &[], b"").text();
+    assert!(
+        metrics.contains("cutout_http_requests_total{route=\"remove_bg\",status=\"499\"} 1"),
+        "{metrics}"
+    );
+
+    // Gone while its model runs: the work was done, and it is charged.
+    let (app, gate) = gated_app(|s| s.inference_workers = 1);
+    let key = app.account("acme", "business");
+    let stream = post_unread(&app, &key);
+    wait_until("it is in flight", || app.in_flight("acme") == 1);
+    // Past the check before the model, held at the gate inside it.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stream);
+    std::thread::sleep(Duration::from_millis(100));
+    gate.open();
+    wait_until("it is done", || app.in_flight("acme") == 0);
+    assert_eq!(app.used("acme"), 1);
+}
