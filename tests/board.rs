@@ -616,3 +616,110 @@ fn four_large_uploads_stay_within_each_boards_memory() {
         );
     }
 }
+
+#[test]
+#[ignore = "make test-board"]
+fn twelve_fifty_megapixel_uploads_at_once_are_served_or_refused_never_oom_killed() {
+    // A PNG of zeros, under 1 MB that decodes to 50 MP (700 MiB at the
+    // peak of one cut-out on x86), 12 at once on each board's memory limit,
+    // run natively as in `four_large_uploads_stay_within_each_boards_memory`.
+    // Where a board caps photos at 25 MP, 12 of 25 MP must be served.
+    let photo = zeros_png(10_000, 5_000);
+    let largest_small = zeros_png(5_000, 5_000);
+    assert!(photo.len() < 1 << 20, "{} bytes", photo.len());
+    for board in &BOARDS {
+        let data = tempfile::tempdir().unwrap();
+        packaged_config(data.path(), &root().join("models"));
+        let key = cli_account(data.path(), "booth", "business");
+        let cgroup = Cgroup::new(&format!("{}-50mp", board.cpu), board.memory_mib);
+        let mut command = cgroup.command(Path::new(env!("CARGO_BIN_EXE_cutout")));
+        command
+            .env("CUTOUT_MODEL", board.model)
+            .env("CUTOUT_ENGINE", board.engine);
+        let server = Served::start(command, data.path(), Duration::from_secs(120));
+        let twelve = |photo: &[u8]| -> Vec<Reply> {
+            std::thread::scope(|s| {
+                let posts: Vec<_> = (0..12)
+                    .map(|_| s.spawn(|| server.post(&key, photo, "auto", Duration::from_secs(600))))
+                    .collect();
+                posts.into_iter().map(|p| p.join().unwrap()).collect()
+            })
+        };
+        let started = Instant::now();
+        let replies = twelve(&photo);
+        let answers: Vec<(u16, String)> = replies
+            .iter()
+            .map(|r| match r.status {
+                200 => (200, String::new()),
+                status => (status, r.error_code()),
+            })
+            .collect();
+        for (status, code) in &answers {
+            assert!(
+                matches!(
+                    (status, code.as_str()),
+                    (200, _) | (503, "service_unavailable") | (400, "image_too_large")
+                ),
+                "{}: {answers:?}\n{}",
+                board.cpu,
+                server.log()
+            );
+        }
+        if board.memory_mib < 1536 {
+            // The board's photos are capped at 25 MP, said so in the detail.
+            assert!(
+                answers.iter().all(|(status, _)| *status == 400),
+                "{answers:?}"
+            );
+            let detail = String::from_utf8_lossy(&replies[0].body).into_owned();
+            assert!(detail.contains("board's memory"), "{detail}");
+            let statuses: Vec<u16> = twelve(&largest_small).iter().map(|r| r.status).collect();
+            assert!(
+                statuses.iter().all(|s| *s == 200 || *s == 503),
+                "25 MP: {statuses:?}"
+            );
+            assert!(statuses.contains(&200), "25 MP: {statuses:?}");
+            eprintln!(
+                "{} MiB board: 12 uploads of a 25 MP PNG at once: {statuses:?}",
+                board.memory_mib
+            );
+        } else {
+            assert!(
+                answers.iter().any(|(status, _)| *status == 200),
+                "{answers:?}"
+            );
+        }
+        assert_eq!(server.get("/readyz").status, 200, "{}: alive", board.cpu);
+        server.stop();
+        assert_eq!(cgroup.oom_kills(), 0, "{}", board.cpu);
+        eprintln!(
+            "{} MiB board, {} on {}: 12 uploads of a 50 MP PNG ({} KB) at once: {answers:?} \
+             in {:.0} s, peak {} MiB",
+            board.memory_mib,
+            board.model,
+            board.engine,
+            photo.len() / 1000,
+            started.elapsed().as_secs_f64(),
+            cgroup.peak_mib()
+        );
+    }
+}
+
+/// A black 8-bit RGB PNG of `width`×`height`: a few hundred KB that decode
+/// to as many pixels as asked.
+fn zeros_png(width: u32, height: u32) -> Vec<u8> {
+    let mut file = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut file, width, height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_compression(png::Compression::Fast);
+        let mut writer = encoder.write_header().unwrap();
+        let mut stream = writer.stream_writer().unwrap();
+        let row = vec![0u8; width as usize * 3];
+        for _ in 0..height {
+            std::io::Write::write_all(&mut stream, &row).unwrap();
+        }
+        stream.finish().unwrap();
+    }
+    file
+}
