@@ -66,11 +66,24 @@ check: models onnxruntime
 	SOAK_SECS=30 PARITY_EVERY_NTH=7 $(CARGO) test --workspace --test api -- --skip disk::
 	$(MAKE) test-models
 
-test: models onnxruntime quantize lint deny
-	$(CARGO) test --workspace
-	$(MAKE) test-models
-	$(MAKE) test-tiny-http
-	$(MAKE) e2e unit-check test-aarch64 test-board test-deb
+# Each phase's seconds are printed as it ends, and all of them at the end
+# (target/phases.txt).
+PHASE := .ci/phase
+test:
+	@mkdir -p target && rm -f target/phases.txt
+	@[ -z "$$CI_INSTALL_SECONDS" ] || printf '%-14s %5d s\n' install "$$CI_INSTALL_SECONDS" > target/phases.txt
+	$(PHASE) models $(MAKE) models onnxruntime quantize
+	$(PHASE) lint $(MAKE) lint
+	$(PHASE) deny $(MAKE) deny
+	$(PHASE) unit+api $(CARGO) test --workspace
+	$(PHASE) test-models $(MAKE) test-models
+	$(PHASE) tiny_http $(MAKE) test-tiny-http
+	$(PHASE) e2e $(MAKE) e2e
+	$(PHASE) unit-check $(MAKE) unit-check
+	$(PHASE) aarch64 $(MAKE) test-aarch64
+	$(PHASE) boards $(MAKE) test-board
+	$(PHASE) package $(MAKE) test-deb
+	@echo "seconds per phase:"; cat target/phases.txt
 
 # models/prepare.py's rewrites on small graphs, in the pinned tools' venv.
 test-models:

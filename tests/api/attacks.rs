@@ -350,6 +350,7 @@ fn heads_a_proxy_could_read_two_ways_get_400_and_the_connection_closes() {
         );
         assert!(reply.text().contains(why), "{head:?}: {}", reply.text());
     }
+    app.guest_cuts_out();
     watcher.finish("ambiguous heads");
     let log = std::fs::read_to_string(&app.server.log).unwrap();
     assert!(!log.contains("Set-Cookie"), "{log}");
@@ -393,6 +394,7 @@ fn a_flood_of_refused_requests_is_logged_as_counts_not_a_line_each() {
         }
     };
     flood(2000);
+    app.guest_cuts_out();
     let lines = |log: &str| {
         log.lines()
             .filter(|l| l.contains("/v1.0/account 401"))

@@ -5,18 +5,18 @@
 //! for the second half and panicked when that failed: about 510 idle
 //! connections under a 1,024 open-file limit stopped the accept thread for
 //! good). A `Registry` caps the connections open in all and per client
-//! address. A new connection past a cap takes the place of the idle one that
-//! has waited longest for a request head; where none is idle it is closed
-//! at once. Idle: its previous response is sent and its thread is blocked
-//! reading an empty socket, so it holds nothing a client is owed (a new
-//! connection whose request is there but not yet read is not idle). A
-//! connection serving requests pipelined behind one another (each head
-//! there before the previous answer was sent) can be closed the same way:
-//! its client is not waiting on the answer being written. A request head
-//! must arrive whole within a deadline, and a body at a minimum rate within
-//! a deadline of its own, however slowly their bytes trickle in. A client
-//! that has hung up, or whose answer could not be written, is served no
-//! further request.
+//! address. A new connection past a cap takes the place of a busy one whose
+//! client has hung up, else of the idle one that has waited longest for a
+//! request head; where none is idle it is closed at once. Idle: its
+//! previous response is sent and its thread is blocked reading an empty
+//! socket, so it holds nothing a client is owed (a new connection whose
+//! request is there but not yet read is not idle). A connection serving
+//! requests pipelined behind one another (each head there before the
+//! previous answer was sent) can be closed the same way: its client is not
+//! waiting on the answer being written. A request head must arrive whole
+//! within a deadline, and a body at a minimum rate within a deadline of
+//! its own, however slowly their bytes trickle in. A client that has hung
+//! up, or whose answer could not be written, is served no further request.
 
 use std::collections::HashMap;
 use std::io::{Error as IoError, ErrorKind, Read, Result as IoResult, Write};
@@ -171,7 +171,10 @@ impl Registry {
                     return true;
                 }
                 // First one whose client has hung up: it is owed nothing.
-                for entry in open.values_mut().filter(|e| !e.evicted && same(e)) {
+                // Only busy ones are asked: an idle one's thread, blocked
+                // in a read, sees the hang-up itself and ends.
+                let idle = |e: &Entry| e.waiting_since.is_some() && e.reading.load(Ordering::Relaxed);
+                for entry in open.values_mut().filter(|e| !e.evicted && same(e) && !idle(e)) {
                     let Some(socket) = entry.socket.upgrade() else {
                         continue;
                     };
@@ -183,10 +186,7 @@ impl Registry {
                     looked_at.push(socket);
                 }
                 // Then the one idle or pipelining the longest.
-                let idle_since = |e: &Entry| {
-                    let idle = e.waiting_since.filter(|_| e.reading.load(Ordering::Relaxed));
-                    idle.or(e.pipelined_since)
-                };
+                let idle_since = |e: &Entry| e.waiting_since.filter(|_| idle(e)).or(e.pipelined_since);
                 let oldest = open
                     .iter_mut()
                     .filter(|(_, e)| !e.evicted && same(e))
