@@ -132,7 +132,7 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 413, code: "file_too_large", title: "File too large", when: "image_file is over 10 MiB (10485760 bytes), or the whole body over 13.4 MiB (a 10 MiB image in base64 and the rest of the form; a bg_image_file counts in it)." },
     Documented { status: 415, code: "unsupported_image_format", title: "Unsupported image format", when: "image_file is not a JPEG, PNG or WEBP." },
     Documented { status: 429, code: "too_many_concurrent_requests", title: "Too many concurrent requests", when: "The account already has its plan's number of requests in flight (Pro 5, Business 50). Retry-After is set." },
-    Documented { status: 431, code: "request_header_fields_too_large", title: "Request header fields too large", when: "A request line or header line is over 8 KiB, or there are over 100 headers." },
+    Documented { status: 431, code: "request_header_fields_too_large", title: "Request header fields too large", when: "A request line or header line is over 8 KiB, the whole head over 32 KiB, or there are over 100 headers." },
     Documented { status: 500, code: "internal_error", title: "Internal error", when: "Something failed on the appliance; the cause is in its log." },
     Documented { status: 503, code: "service_unavailable", title: "Service unavailable", when: "The model is still loading, the queue is full, the database cannot be written or the server is stopping. Retry-After is set." },
 ];
@@ -247,7 +247,7 @@ impl ApiError {
             InvalidRequest(why) => format!("The request is not a valid form: {why}."),
             RequestTimeout => "The request body was not received in time.".into(),
             HeaderTooLarge => {
-                "A request line or header line is over 8 KiB, or there are over 100 headers.".into()
+                "A request line or header line is over 8 KiB, the whole head over 32 KiB, or there are over 100 headers.".into()
             }
             FileTooLarge => format!(
                 "image_file may be at most {MAX_IMAGE_BYTES} bytes, and the whole form (a bg_image_file with it, or the image in base64) about 13.4 MiB."

@@ -575,15 +575,7 @@ fn four_large_uploads_stay_within_each_boards_memory() {
     let photo = std::fs::read(&photo_path).unwrap();
     assert!(photo.len() > 9 * 1024 * 1024 && photo.len() <= 10 * 1024 * 1024);
     for board in &BOARDS {
-        let data = tempfile::tempdir().unwrap();
-        packaged_config(data.path(), &root().join("models"));
-        let key = cli_account(data.path(), "booth", "business");
-        let cgroup = Cgroup::new(&format!("{}-native", board.cpu), board.memory_mib);
-        let mut command = cgroup.command(Path::new(env!("CARGO_BIN_EXE_cutout")));
-        command
-            .env("CUTOUT_MODEL", board.model)
-            .env("CUTOUT_ENGINE", board.engine);
-        let server = Served::start(command, data.path(), Duration::from_secs(120));
+        let (server, cgroup, key, _data) = native_under(board, "native");
         let statuses: Vec<u16> = std::thread::scope(|s| {
             let posts: Vec<_> = (0..4)
                 .map(|_| {
@@ -628,15 +620,7 @@ fn twelve_fifty_megapixel_uploads_at_once_are_served_or_refused_never_oom_killed
     let largest_small = zeros_png(5_000, 5_000);
     assert!(photo.len() < 1 << 20, "{} bytes", photo.len());
     for board in &BOARDS {
-        let data = tempfile::tempdir().unwrap();
-        packaged_config(data.path(), &root().join("models"));
-        let key = cli_account(data.path(), "booth", "business");
-        let cgroup = Cgroup::new(&format!("{}-50mp", board.cpu), board.memory_mib);
-        let mut command = cgroup.command(Path::new(env!("CARGO_BIN_EXE_cutout")));
-        command
-            .env("CUTOUT_MODEL", board.model)
-            .env("CUTOUT_ENGINE", board.engine);
-        let server = Served::start(command, data.path(), Duration::from_secs(120));
+        let (server, cgroup, key, _data) = native_under(board, "50mp");
         let twelve = |photo: &[u8]| -> Vec<Reply> {
             std::thread::scope(|s| {
                 let posts: Vec<_> = (0..12)
@@ -703,6 +687,22 @@ fn twelve_fifty_megapixel_uploads_at_once_are_served_or_refused_never_oom_killed
             cgroup.peak_mib()
         );
     }
+}
+
+/// The x86 build serving with `board`'s model and engine under its memory
+/// limit (cgroup `name`), and a Business key; the data directory, kept
+/// until the test ends.
+fn native_under(board: &Board, name: &str) -> (Served, Cgroup, String, tempfile::TempDir) {
+    let data = tempfile::tempdir().unwrap();
+    packaged_config(data.path(), &root().join("models"));
+    let key = cli_account(data.path(), "booth", "business");
+    let cgroup = Cgroup::new(&format!("{}-{name}", board.cpu), board.memory_mib);
+    let mut command = cgroup.command(Path::new(env!("CARGO_BIN_EXE_cutout")));
+    command
+        .env("CUTOUT_MODEL", board.model)
+        .env("CUTOUT_ENGINE", board.engine);
+    let server = Served::start(command, data.path(), Duration::from_secs(120));
+    (server, cgroup, key, data)
 }
 
 /// A black 8-bit RGB PNG of `width`×`height`: a few hundred KB that decode

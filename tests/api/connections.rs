@@ -3,7 +3,6 @@
 //! on open files: the server keeps accepting and answering everyone else.
 
 use crate::helpers::*;
-use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,14 +11,7 @@ use std::time::{Duration, Instant};
 
 /// A connection from `from` to `to` that has sent half a request line.
 fn half_request(from: IpAddr, to: SocketAddr) -> Option<TcpStream> {
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
-    socket
-        .bind(&SockAddr::from(SocketAddr::new(from, 0)))
-        .ok()?;
-    socket
-        .connect_timeout(&SockAddr::from(to), Duration::from_secs(2))
-        .ok()?;
-    let mut stream: TcpStream = socket.into();
+    let mut stream = try_connect_from(from, to)?;
     stream.write_all(b"GET /healthz HTTP/1.1\r\n").ok()?;
     Some(stream)
 }

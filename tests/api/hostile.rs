@@ -168,6 +168,10 @@ fn hostile_cases(key: &str) -> Vec<Case> {
         "POST /api/remove-bg HTTP/1.1\r\nHost: t\r\nX-Api-Key: {key}\r\nX-Padding: {}\r\n\r\n",
         "a".repeat(9 * 1024)
     );
+    let long_head = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\n{}\r\n",
+        format!("X-Padding: {}\r\n", "a".repeat(8000)).repeat(5)
+    );
     let long_line = format!(
         "GET /?{} HTTP/1.1\r\nHost: t\r\n\r\n",
         "a".repeat(64 * 1024)
@@ -239,6 +243,11 @@ fn hostile_cases(key: &str) -> Vec<Case> {
         raw(
             "a 9 KiB header line",
             long_header.into_bytes(),
+            (431, "request_header_fields_too_large"),
+        ),
+        raw(
+            "a 40 KiB head of 8 KiB lines",
+            long_head.into_bytes(),
             (431, "request_header_fields_too_large"),
         ),
         raw(

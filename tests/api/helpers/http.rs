@@ -63,19 +63,25 @@ pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Reply {
     send_raw_from(None, addr, raw)
 }
 
-fn connect_from(source: Option<std::net::IpAddr>, addr: SocketAddr) -> TcpStream {
-    let Some(source) = source else {
-        return TcpStream::connect(addr).unwrap();
-    };
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::new(source, 0).into()).unwrap();
-    socket.connect(&addr.into()).unwrap();
-    socket.into()
+/// A connection from the local address `from` to `to`, or `None` where it
+/// could not be made within 2 s (a server past its caps closes it).
+pub fn try_connect_from(from: std::net::IpAddr, to: SocketAddr) -> Option<TcpStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
+    socket
+        .bind(&SockAddr::from(SocketAddr::new(from, 0)))
+        .ok()?;
+    socket
+        .connect_timeout(&SockAddr::from(to), Duration::from_secs(2))
+        .ok()?;
+    Some(socket.into())
 }
 
 fn send_raw_from(source: Option<std::net::IpAddr>, addr: SocketAddr, raw: &[u8]) -> Reply {
-    let mut stream = connect_from(source, addr);
+    let mut stream = match source {
+        None => TcpStream::connect(addr).unwrap(),
+        Some(source) => try_connect_from(source, addr).expect("a connection"),
+    };
     stream
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();

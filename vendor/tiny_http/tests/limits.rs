@@ -137,6 +137,38 @@ fn a_body_that_trickles_in_times_out_at_its_deadline() {
 }
 
 #[test]
+fn a_client_that_reads_its_answer_too_slowly_is_dropped() {
+    let (listener, addr) = listener();
+    let limits = ConnectionLimits {
+        body_grace: Duration::from_millis(300),
+        body_deadline: Duration::from_secs(1),
+        ..ConnectionLimits::default()
+    };
+    let server = Arc::new(Server::from_listeners(vec![(listener, None)], limits).unwrap());
+    let writer = thread::spawn(move || {
+        let request = server.recv().unwrap();
+        let started = Instant::now();
+        // More than the sockets' buffers hold, so that writes must wait.
+        let written = request.respond(Response::from_data(vec![b'x'; 64 << 20]));
+        (written.map_err(|e| e.kind()), started.elapsed())
+    });
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    // A byte every 100 ms, while the server writes.
+    while !writer.is_finished() {
+        if !matches!(stream.read(&mut [0u8; 1]), Ok(1)) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (written, took) = writer.join().unwrap();
+    assert!(written.is_err(), "the answer could not have been written whole");
+    assert!(took < Duration::from_secs(3), "{:?}", took);
+}
+
+#[test]
 fn requests_a_client_pipelined_before_hanging_up_are_not_served() {
     let (listener, addr) = listener();
     let server = Arc::new(Server::from_listeners(vec![(listener, None)], ConnectionLimits::default()).unwrap());

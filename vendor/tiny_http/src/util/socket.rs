@@ -44,7 +44,9 @@ pub struct ConnectionLimits {
     pub max_per_address: usize,
     /// A request body has this long from its first byte read, plus a second
     /// for every `body_min_rate` bytes that arrived, up to `body_deadline`
-    /// in all; then its reads fail `TimedOut` (the application's 408).
+    /// in all; then its reads fail `TimedOut` (the application's 408). An
+    /// answer has the same from its first byte written, then the
+    /// connection is dropped.
     pub body_grace: Duration,
     pub body_min_rate: u64,
     pub body_deadline: Duration,
@@ -152,6 +154,8 @@ impl Registry {
             heads: AtomicU64::new(0),
             in_a_row: AtomicU64::new(0),
             body: Mutex::new(BodyClock::default()),
+            answer: Mutex::new(BodyClock::default()),
+            answering_request: AtomicBool::new(false),
             broken: AtomicBool::new(false),
         });
         let mut victims = Vec::new();
@@ -286,15 +290,21 @@ pub(crate) struct Socket {
     /// sent, counting the one before them.
     in_a_row: AtomicU64,
     body: Mutex<BodyClock>,
+    answer: Mutex<BodyClock>,
+    /// Between a request's head and the next wait for one: what is written
+    /// answers a request, on `answer`'s clock. (A TLS handshake, or an
+    /// answer to a head that never came, has the socket timeout alone.)
+    answering_request: AtomicBool,
     /// A write failed: the client cannot be answered any more.
     broken: AtomicBool,
 }
 
-/// How much of a request body has arrived, and since when.
+/// How much of a request body has arrived, or of its answer has been
+/// written, and since when.
 #[derive(Default)]
 struct BodyClock {
-    /// Its first read; `None` until the application reads the body (it may
-    /// wait for room first).
+    /// Its first read or write; `None` until then (the application may
+    /// wait for room before it reads a body).
     started: Option<Instant>,
     bytes: u64,
 }
@@ -312,6 +322,11 @@ impl Socket {
     /// connection may be closed to make room for another.
     pub(crate) fn waiting(&self) {
         let now = Instant::now();
+        if self.answering_request.swap(false, Ordering::Relaxed) {
+            self.connection
+                .set_write_timeout(self.registry.limits.socket_timeout)
+                .ok();
+        }
         self.head_from_socket.store(false, Ordering::Relaxed);
         *self.head_deadline.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(now + self.registry.limits.head_deadline);
@@ -327,6 +342,8 @@ impl Socket {
     pub(crate) fn busy(&self) -> u64 {
         *self.head_deadline.lock().unwrap_or_else(|p| p.into_inner()) = None;
         *self.body.lock().unwrap_or_else(|p| p.into_inner()) = BodyClock::default();
+        *self.answer.lock().unwrap_or_else(|p| p.into_inner()) = BodyClock::default();
+        self.answering_request.store(true, Ordering::Relaxed);
         self.connection
             .set_read_timeout(self.registry.limits.socket_timeout)
             .ok();
@@ -462,25 +479,46 @@ impl Socket {
     /// and a second for every `body_min_rate` bytes come, within
     /// `body_deadline` in all.
     fn arm_body_deadline(&self) -> IoResult<()> {
-        let limits = &self.registry.limits;
-        let left = {
-            let mut body = self.body.lock().unwrap_or_else(|p| p.into_inner());
-            let started = *body.started.get_or_insert_with(Instant::now);
-            let earned = Duration::from_secs_f64(body.bytes as f64 / limits.body_min_rate as f64);
-            let allowed = (limits.body_grace + earned).min(limits.body_deadline);
-            allowed.saturating_sub(started.elapsed())
-        };
+        let left = self.left(&self.body, self.registry.limits.body_deadline);
         if left.is_zero() {
             return Err(IoError::new(
                 ErrorKind::TimedOut,
                 "the request body did not arrive in time",
             ));
         }
-        let wait = match limits.socket_timeout {
+        self.connection.set_read_timeout(Some(self.wait(left)))
+    }
+
+    /// An answer's write likewise: a client that reads a byte now and then
+    /// would otherwise hold the worker that writes to it.
+    fn arm_answer_deadline(&self) -> IoResult<()> {
+        let left = self.left(&self.answer, self.registry.limits.body_deadline);
+        if left.is_zero() {
+            return Err(IoError::new(
+                ErrorKind::TimedOut,
+                "the client did not read the answer in time",
+            ));
+        }
+        self.connection.set_write_timeout(Some(self.wait(left)))
+    }
+
+    /// What `clock`'s transfer has left: the grace and a second for every
+    /// `body_min_rate` bytes moved, within `most`, from its first byte.
+    fn left(&self, clock: &Mutex<BodyClock>, most: Duration) -> Duration {
+        let limits = &self.registry.limits;
+        let mut clock = clock.lock().unwrap_or_else(|p| p.into_inner());
+        let started = *clock.started.get_or_insert_with(Instant::now);
+        let earned = Duration::from_secs_f64(clock.bytes as f64 / limits.body_min_rate as f64);
+        let allowed = (limits.body_grace + earned).min(most);
+        allowed.saturating_sub(started.elapsed())
+    }
+
+    /// How long one read or write may block, with `left` of its deadline.
+    fn wait(&self, left: Duration) -> Duration {
+        match self.registry.limits.socket_timeout {
             Some(timeout) => left.min(timeout),
             None => left,
-        };
-        self.connection.set_read_timeout(Some(wait))
+        }
     }
 }
 
@@ -512,12 +550,15 @@ impl Write for &Socket {
         if !self.answering.swap(true, Ordering::Relaxed) && self.readable_now() {
             self.bytes_behind_answer.store(true, Ordering::Relaxed);
         }
-        let written = (&self.connection).write(buf);
-        if written
-            .as_ref()
-            .is_err_and(|e| e.kind() != ErrorKind::Interrupted)
-        {
-            self.broken.store(true, Ordering::Relaxed);
+        let written = match self.answering_request.load(Ordering::Relaxed) {
+            true => self.arm_answer_deadline(),
+            false => Ok(()),
+        }
+        .and_then(|()| (&self.connection).write(buf));
+        match &written {
+            Ok(n) => self.answer.lock().unwrap_or_else(|p| p.into_inner()).bytes += *n as u64,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => self.broken.store(true, Ordering::Relaxed),
         }
         written
     }
