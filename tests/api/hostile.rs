@@ -148,6 +148,10 @@ fn hostile_cases(key: &str) -> Vec<Case> {
         chunked.extend_from_slice(b"\r\n");
     }
     chunked.extend_from_slice(b"0\r\n\r\n");
+    // A chunk-size line that never ends: 4 MB of hex digits.
+    let mut endless_size =
+        chunked[..chunked.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4].to_vec();
+    endless_size.extend(std::iter::repeat_n(b'f', 4 << 20));
     let form = Multipart::new().file("image_file", &jpeg(64, 48)).body();
     let mut lying_length = format!(
         "POST /api/remove-bg HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Api-Key: {key}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
@@ -207,6 +211,11 @@ fn hostile_cases(key: &str) -> Vec<Case> {
             "body over the cap sent chunked",
             chunked,
             (413, "file_too_large"),
+        ),
+        raw(
+            "a chunk-size line of 4 MB",
+            endless_size,
+            (400, "invalid_request"),
         ),
         raw(
             "Content-Length shorter than the form",

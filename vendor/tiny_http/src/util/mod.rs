@@ -1,3 +1,4 @@
+pub(crate) use self::chunked::ChunkedReader;
 pub use self::custom_stream::CustomStream;
 pub(crate) use self::equal_reader::{drain_bounded, EqualReader};
 pub use self::fused_reader::FusedReader;
@@ -9,6 +10,7 @@ pub use self::task_pool::TaskPool;
 
 use std::str::FromStr;
 
+mod chunked;
 mod custom_stream;
 mod equal_reader;
 mod fused_reader;
