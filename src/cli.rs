@@ -223,7 +223,7 @@ fn settings(cli: &Cli) -> Result<Settings> {
     let installed = Installed::find(&models_dir, config.onnxruntime.library.as_deref());
     let defaults = board.defaults(&installed, config.engine);
     let mut settings = Settings::from_config(config.over(defaults.as_config()))?;
-    settings.board = Some((board, defaults));
+    settings.board = Some(defaults.found_on(&board));
     if matches!(cli.command, Command::Serve { .. }) {
         fall_back_from_a_crashing_onnxruntime(&mut settings);
     }
@@ -542,7 +542,7 @@ fn remove(
         let started = Instant::now();
         let place = pipeline.queue.join(0).expect("an empty queue has room");
         let cut = pipeline
-            .cut_out(place, &bytes, size, subject, &Finish::default())
+            .cut_out(place, &bytes, size, subject, &Finish::default(), &|| false)
             .map_err(|e| anyhow!("{}: {}: {}", input.display(), e.code(), e.detail()))?;
         let took = started.elapsed();
         std::fs::write(&output, &cut.bytes)

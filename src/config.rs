@@ -7,13 +7,11 @@
 //! unknown `CUTOUT_*` variable is an error that names the variable. Tests
 //! build `Settings` directly.
 
-use crate::board::{Board, BoardDefaults};
-use crate::clock::Clock;
-use crate::discovery::MdnsConfig;
-use crate::engine::{EngineChoice, EngineKind};
-use crate::error::MAX_PIXELS_DECODED;
-use crate::led::LedConfig;
-use crate::store::StoreSettings;
+//!
+//! Plain settings only: this module imports nothing of the crate, and the
+//! modules that act on a setting (the engine, the store, the LED, DNS-SD,
+//! the board) interpret it.
+
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,15 +62,130 @@ pub struct Settings {
     pub thermal_dir: PathBuf,
     pub led: LedConfig,
     pub mdns: MdnsConfig,
-    pub clock: Clock,
     /// The board found at start and the defaults it gave (`None`: not
     /// asked, as in tests).
-    pub board: Option<(Board, BoardDefaults)>,
+    pub board: Option<BoardFound>,
     /// Why the engine is not the configured one, when it is not.
     pub engine_note: Option<String>,
 }
 
 const DEFAULT_UPLOAD_BUFFER_MIB: u64 = 160;
+
+/// The most megapixels a photo may have: the API's limit, which
+/// `server.max_megapixels` may only lower.
+pub const MAX_MEGAPIXELS: u64 = 50;
+
+/// The board found at start, as the log and the status page name it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoardFound {
+    /// The board and its memory and cores.
+    pub description: String,
+    /// The defaults it gave, in words.
+    pub defaults: String,
+    /// Whether IS-Net fits its memory beside the configured model.
+    pub isnet_fits: bool,
+}
+
+/// The library that runs the models. tract is compiled in; ONNX Runtime is
+/// faster but needs its library (`make onnxruntime`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    #[default]
+    Tract,
+    Onnxruntime,
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            EngineKind::Tract => "tract",
+            EngineKind::Onnxruntime => "onnxruntime",
+        })
+    }
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<EngineKind, String> {
+        match s {
+            "tract" => Ok(EngineKind::Tract),
+            "onnxruntime" => Ok(EngineKind::Onnxruntime),
+            _ => Err(format!("{s:?} is not an engine (tract, onnxruntime)")),
+        }
+    }
+}
+
+/// Which engine runs the models, and where ONNX Runtime's library is.
+#[derive(Debug, Clone, Default)]
+pub struct EngineChoice {
+    pub kind: EngineKind,
+    /// `None`: the manifest's file in the models directory.
+    pub onnxruntime_library: Option<PathBuf>,
+}
+
+/// Where the store is: `None` is the SQLite file in the data directory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreSettings {
+    /// `postgres://…`; its password, if any, may come from `password_file`.
+    pub url: Option<String>,
+    pub password_file: Option<PathBuf>,
+}
+
+/// The `[led]` table of the configuration file (led/ drives it).
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedConfig {
+    /// `none` (the default), `sysfs` or `gpio`.
+    pub backend: Option<String>,
+    /// The BCM number of the pin, for `gpio`.
+    pub gpio_pin: Option<u8>,
+    /// For `gpio`: the LED lights when the pin is low.
+    pub active_low: Option<bool>,
+    /// For `sysfs`: the LED's directory.
+    pub sysfs_path: Option<PathBuf>,
+    /// What an idle appliance shows: `off` (the default) or `dim`.
+    pub idle: Option<IdleLight>,
+}
+
+/// `[led] idle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleLight {
+    Off,
+    Dim,
+}
+
+impl LedConfig {
+    pub fn over(self, lower: LedConfig) -> LedConfig {
+        LedConfig {
+            backend: self.backend.or(lower.backend),
+            gpio_pin: self.gpio_pin.or(lower.gpio_pin),
+            active_low: self.active_low.or(lower.active_low),
+            sysfs_path: self.sysfs_path.or(lower.sysfs_path),
+            idle: self.idle.or(lower.idle),
+        }
+    }
+}
+
+/// The `[mdns]` table of the configuration file (discovery.rs announces).
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MdnsConfig {
+    /// Announce the appliance (the default); `false` turns it off.
+    pub enabled: Option<bool>,
+    /// The instance name booths show; default "cutout on HOSTNAME".
+    pub name: Option<String>,
+}
+
+impl MdnsConfig {
+    pub fn over(self, lower: MdnsConfig) -> MdnsConfig {
+        MdnsConfig {
+            enabled: self.enabled.or(lower.enabled),
+            name: self.name.or(lower.name),
+        }
+    }
+}
 
 /// HTTPS: where it listens, its certificate, and whether plain HTTP stays.
 #[derive(Debug, Clone, PartialEq)]
@@ -327,7 +440,7 @@ impl Settings {
     /// Whether `type=general` may load its own model beside the configured
     /// one: not where the board's memory has no room for it.
     pub fn general_fits(&self) -> bool {
-        self.board.as_ref().is_none_or(|(_, d)| d.isnet_fits)
+        self.board.as_ref().is_none_or(|board| board.isnet_fits)
     }
 
     pub fn from_config(config: Config) -> Result<Settings, ConfigError> {
@@ -411,13 +524,11 @@ impl Settings {
             inference_workers,
             queue_capacity,
             upload_buffer: upload_buffer_mib * 1024 * 1024,
-            max_pixels: match server.max_megapixels {
-                None => MAX_PIXELS_DECODED,
-                Some(mp) if (1..=MAX_PIXELS_DECODED / 1_000_000).contains(&mp) => mp * 1_000_000,
-                Some(_) => {
+            max_pixels: match server.max_megapixels.unwrap_or(MAX_MEGAPIXELS) {
+                mp @ 1..=MAX_MEGAPIXELS => mp * 1_000_000,
+                _ => {
                     return Err(ConfigError::Invalid(format!(
-                        "server.max_megapixels must be from 1 to {}",
-                        MAX_PIXELS_DECODED / 1_000_000
+                        "server.max_megapixels must be from 1 to {MAX_MEGAPIXELS}"
                     )))
                 }
             },
@@ -442,66 +553,15 @@ impl Settings {
             thermal_dir: "/sys/class/thermal".into(),
             led: config.led,
             mdns: config.mdns,
-            clock: Clock::default(),
             board: None,
             engine_note: None,
         })
     }
 }
 
-impl BoardDefaults {
-    /// The defaults as a configuration layer, to go under the others.
-    pub fn as_config(&self) -> Config {
-        Config {
-            model: Some(self.model.to_owned()),
-            engine: Some(self.engine),
-            server: ServerConfig {
-                upload_buffer_mib: self.upload_buffer_mib,
-                max_megapixels: self.max_megapixels,
-                ..ServerConfig::default()
-            },
-            ..Config::default()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_defaults_go_under_every_other_layer() {
-        let small = Board {
-            name: "test".into(),
-            memory: 512 << 20,
-            cores: 4,
-            int8_dot_product: false,
-        };
-        let everything = crate::board::Installed {
-            onnxruntime: true,
-            isnet_int8: true,
-            isnet_int8_on_tract: true,
-        };
-        let defaults = small.defaults(&everything, None);
-        let file = Config::parse_str("model = \"modnet\"\n").unwrap();
-        let settings = Settings::from_config(file.over(defaults.as_config())).unwrap();
-        assert_eq!(settings.model.as_deref(), Some("modnet"));
-        assert_eq!(settings.engine.kind, EngineKind::Tract);
-        assert_eq!(
-            settings.upload_buffer,
-            crate::board::SMALL_UPLOAD_BUFFER_MIB << 20
-        );
-        assert_eq!(
-            settings.max_pixels,
-            crate::board::SMALL_BOARD_MAX_MEGAPIXELS * 1_000_000
-        );
-        let file = Config::parse_str("engine = \"onnxruntime\"\n[server]\nupload_buffer_mib = 8\n")
-            .unwrap();
-        let settings = Settings::from_config(file.over(defaults.as_config())).unwrap();
-        assert_eq!(settings.model.as_deref(), Some("u2netp"));
-        assert_eq!(settings.engine.kind, EngineKind::Onnxruntime);
-        assert_eq!(settings.upload_buffer, 8 << 20);
-    }
 
     fn env(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let vars = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()));
@@ -536,7 +596,7 @@ mod tests {
             PathBuf::from("./models"),
             "the default"
         );
-        assert_eq!(settings.led.idle, Some(crate::led::Level::Dim));
+        assert_eq!(settings.led.idle, Some(IdleLight::Dim));
     }
 
     #[test]

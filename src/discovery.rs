@@ -5,32 +5,12 @@
 //! the goodbye packets.
 
 use mdns_sd::{ServiceDaemon, ServiceInfo};
-use serde::Deserialize;
 use std::net::SocketAddr;
 
 /// The port multicast DNS uses (RFC 6762); tests pick another.
 pub const MDNS_PORT: u16 = 5353;
 pub const SERVICE_TYPE: &str = "_cutout._tcp.local.";
 pub const HTTP_SERVICE_TYPE: &str = "_http._tcp.local.";
-
-/// The `[mdns]` table of the configuration file.
-#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MdnsConfig {
-    /// Announce the appliance (the default); `false` turns it off.
-    pub enabled: Option<bool>,
-    /// The instance name booths show; default "cutout on HOSTNAME".
-    pub name: Option<String>,
-}
-
-impl MdnsConfig {
-    pub fn over(self, lower: MdnsConfig) -> MdnsConfig {
-        MdnsConfig {
-            enabled: self.enabled.or(lower.enabled),
-            name: self.name.or(lower.name),
-        }
-    }
-}
 
 pub struct Announcer {
     daemon: ServiceDaemon,

@@ -1,14 +1,15 @@
 //! The appliance's start-up: the app served over HTTP, and what watches it
 //! and tells the world (the status LED, DNS-SD, systemd, signals).
 
+use crate::app::EngineSource;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::discovery;
 use crate::domain::AccountName;
+use crate::http::App;
 use crate::led::{Led, NoLight};
 use crate::store::Store;
 use crate::systemd::{self, Notifier};
-use crate::{App, EngineSource};
 use anyhow::Result;
 
 /// Serves until SIGTERM or SIGINT: the app over HTTP, with the status LED,
@@ -18,16 +19,19 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
     let notifier = Notifier::from_env();
     let led_config = settings.led.clone();
     let mdns = settings.mdns.clone();
-    if let Some((board, defaults)) = &settings.board {
+    if let Some(board) = &settings.board {
         log::info!(
             "board: {}; its defaults: {}; serving {} on {}",
-            board.describe(),
-            defaults.summary(),
-            settings.model.as_deref().unwrap_or(defaults.model),
+            board.description,
+            board.defaults,
+            settings
+                .model
+                .as_deref()
+                .unwrap_or("the manifest's default"),
             settings.engine.kind
         );
     }
-    let app = App::build(settings, EngineSource::Load)?;
+    let app = App::build(settings, EngineSource::Load, Clock::default())?;
     let light = led_config.open().unwrap_or_else(|why| {
         log::error!("{why}; running without a status LED");
         Box::new(NoLight)

@@ -2,17 +2,17 @@
 //! the account (not suspended, a plan with API access), the appliance (the
 //! model loaded, the database writable), takes one of the account's request
 //! slots and, on a plan with a monthly limit, reserves an image of the month;
-//! then it takes a ticket in the work queue, which bounds the requests waiting
+//! then it takes a place in the work queue, which bounds the requests waiting
 //! and the uploads held. The inference pool's turn comes inside the pipeline.
 //! `Admission::cut_out_and_charge` charges only once the cut-out worked: an
 //! admission dropped on any error before releases its slot, its reservation
-//! and its ticket, and costs nothing.
+//! and its place in the queue, and costs nothing.
 
 use super::AppState;
 use crate::domain::{Month, SizeMode, SubjectType};
 use crate::error::ApiError;
 use crate::imaging::Finish;
-use crate::pipeline::{CutOut, Ticket};
+use crate::pipeline::{CutOut, Place};
 use crate::store::{Caller, Refusal, Slot};
 
 /// The body a request declares, and the most any body may be.
@@ -21,11 +21,11 @@ pub struct Upload {
     pub most: u64,
 }
 
-/// A request let through every gate, holding its slot and its ticket.
+/// A request let through every gate, holding its slot and its place in the queue.
 pub struct Admission<'a> {
     state: &'a AppState,
     slot: Slot,
-    ticket: Ticket<'a>,
+    place: Place<'a>,
 }
 
 pub struct Charged {
@@ -38,13 +38,13 @@ pub struct Charged {
 impl AppState {
     /// Lets one cut-out for `caller` in, or says which gate refused it. A
     /// declared body over `upload.most` is refused after the account's gates
-    /// and before the queue; an undeclared one holds a ticket for the most.
+    /// and before the queue; an undeclared one holds a place for the most.
     pub fn admit(&self, caller: &Caller, upload: Upload) -> Result<Admission<'_>, ApiError> {
         let slot = self.admit_account(caller)?;
         if upload.declared.is_some_and(|n| n > upload.most) {
             return Err(ApiError::FileTooLarge);
         }
-        let ticket = self
+        let place = self
             .pipeline
             .queue
             .join_as(
@@ -55,7 +55,7 @@ impl AppState {
         Ok(Admission {
             state: self,
             slot,
-            ticket,
+            place,
         })
     }
 
@@ -101,10 +101,9 @@ impl Admission<'_> {
         client_gone: &dyn Fn() -> bool,
     ) -> Result<Charged, ApiError> {
         let state = self.state;
-        let cut =
-            state
-                .pipeline
-                .cut_out_for(self.ticket, image, size, subject, finish, client_gone)?;
+        let cut = state
+            .pipeline
+            .cut_out(self.place, image, size, subject, finish, client_gone)?;
         let now = state.clock.now_unix();
         let month = Month::of_unix(now);
         let used = state

@@ -95,6 +95,7 @@ impl AppState {
     pub fn start(
         settings: &Settings,
         engine: EngineSource,
+        clock: Clock,
         addr: SocketAddr,
         tls: Option<TlsInfo>,
     ) -> Result<Arc<AppState>> {
@@ -159,7 +160,7 @@ impl AppState {
         let state = Arc::new(AppState {
             store,
             pipeline,
-            clock: settings.clock.clone(),
+            clock,
             stats: Arc::new(Stats::default()),
             dashboard,
             thermal_dir: settings.thermal_dir.clone(),
@@ -172,9 +173,10 @@ impl AppState {
                 .backend
                 .clone()
                 .unwrap_or_else(|| "none".into()),
-            board: settings.board.as_ref().map(|(board, defaults)| {
-                format!("{}; so by default {}", board.describe(), defaults.summary())
-            }),
+            board: settings
+                .board
+                .as_ref()
+                .map(|board| format!("{}; so by default {}", board.description, board.defaults)),
             engine_note: settings.engine_note.clone(),
             data_dir: settings.data_dir.clone(),
             stopping: AtomicBool::new(false),

@@ -62,8 +62,8 @@ pub struct Attempt<'a> {
 
 /// An attempt that was let through and counted. Dropping it leaves it
 /// counted; `LoginThrottle::succeeded` takes it back.
-#[must_use = "dropping a ticket counts its attempt as failed"]
-pub struct Ticket {
+#[must_use = "dropping a pending attempt counts it as failed"]
+pub struct PendingAttempt {
     buckets: Vec<Bucket>,
     at: i64,
 }
@@ -76,7 +76,7 @@ pub struct LoginThrottle {
 impl LoginThrottle {
     /// Counts `attempt` and lets it through, or `Err(seconds)` to wait when
     /// one of its buckets is full (and then counts nothing).
-    pub fn begin(&self, attempt: &Attempt, now: i64) -> Result<Ticket, i64> {
+    pub fn begin(&self, attempt: &Attempt, now: i64) -> Result<PendingAttempt, i64> {
         let buckets = buckets(attempt);
         let mut table = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
         let mut wait = 0;
@@ -102,7 +102,7 @@ impl LoginThrottle {
                 .or_insert_with(|| VecDeque::with_capacity(*limit))
                 .push_back(now);
         }
-        Ok(Ticket {
+        Ok(PendingAttempt {
             buckets: buckets.into_iter().map(|(b, _)| b).collect(),
             at: now,
         })
@@ -110,11 +110,11 @@ impl LoginThrottle {
 
     /// The right password for an active account: a real sign-in costs
     /// nothing, so a user's earlier typos stay counted but this does not.
-    pub fn succeeded(&self, ticket: Ticket) {
+    pub fn succeeded(&self, pending: PendingAttempt) {
         let mut table = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
-        for bucket in &ticket.buckets {
+        for bucket in &pending.buckets {
             if let Some(times) = table.get_mut(bucket) {
-                if let Some(i) = times.iter().rposition(|&t| t == ticket.at) {
+                if let Some(i) = times.iter().rposition(|&t| t == pending.at) {
                     times.remove(i);
                 }
                 if times.is_empty() {
@@ -228,7 +228,7 @@ mod tests {
         }
     }
 
-    /// `n` attempts that fail (their tickets dropped); panics if one is refused.
+    /// `n` attempts that fail (each dropped pending); panics if one is refused.
     fn fail(t: &LoginThrottle, a: &Attempt, now: i64, n: usize) {
         for _ in 0..n {
             drop(t.begin(a, now).expect("let through"));

@@ -60,7 +60,7 @@ pub struct ModelSpec {
     /// How the photo is shrunk to the input: the filter the model was
     /// trained with suits it best (`make eval`).
     #[serde(default)]
-    pub input_filter: crate::imaging::Filter,
+    pub input_filter: InputFilter,
     pub normalise: Normalise,
     pub output: OutputKind,
     /// Output levels `[low, high]`: alpha at or below `low` becomes 0, at or
@@ -78,7 +78,7 @@ pub struct ModelSpec {
     /// the subject, and keeps its matte where it is far surer and agrees on
     /// most of the subject (BENCHMARKS.md, "A second opinion").
     #[serde(default)]
-    pub second_opinion: bool,
+    pub second_opinion: Option<SecondOpinion>,
     /// `type=auto`'s matte on this model: several views of the photo,
     /// averaged (BENCHMARKS.md, "Views of one photo").
     #[serde(default)]
@@ -92,6 +92,15 @@ pub struct ModelSpec {
     /// model picks this one instead when it is the configured model.
     #[serde(default)]
     pub variant_of: Option<String>,
+}
+
+/// The resampling filter a photo is shrunk to a model's input with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InputFilter {
+    #[default]
+    CatmullRom,
+    Bilinear,
 }
 
 /// The sha256 of the file each engine loads; a model may have none for tract.
@@ -142,6 +151,19 @@ pub struct Blend {
     pub levels: [f32; 2],
     pub doubt: Option<Doubt>,
     pub agree: Option<Agree>,
+}
+
+/// When `type=auto` asks the person model (pipeline/views.rs): where over
+/// `ask_when_unsure_over` of what the matte calls subject (alpha over 0.05)
+/// is partial; its matte is kept where under `keep_when_unsure_under` times
+/// as much of it is partial and the two agree on over `agree_over` (the sum
+/// of their smaller alpha over the sum of their larger).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecondOpinion {
+    pub ask_when_unsure_over: f64,
+    pub keep_when_unsure_under: f64,
+    pub agree_over: f64,
 }
 
 /// When the model is unsure of the photo: the silhouettes of its own views
@@ -301,7 +323,7 @@ impl Models {
     /// One model for every type, alone: no blend, no second opinion.
     pub fn one(mut spec: ModelSpec) -> Models {
         spec.blend = None;
-        spec.second_opinion = false;
+        spec.second_opinion = None;
         spec.smallest_part = None;
         Models {
             auto: spec.clone(),
@@ -315,7 +337,6 @@ impl Models {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::imaging::Filter;
 
     #[test]
     fn the_builtin_manifest_parses_and_its_default_exists() {
@@ -328,9 +349,9 @@ mod tests {
         assert_eq!(m.model(None).unwrap().name, "isnet");
         assert_eq!(
             m.model(Some("modnet")).unwrap().input_filter,
-            Filter::Bilinear
+            InputFilter::Bilinear
         );
-        assert_eq!(m.model(None).unwrap().input_filter, Filter::CatmullRom);
+        assert_eq!(m.model(None).unwrap().input_filter, InputFilter::CatmullRom);
         let models = m
             .models_for(Some("u2netp"), true, EngineKind::Tract, none.path())
             .unwrap();

@@ -9,17 +9,21 @@ pub mod preprocess;
 mod tract;
 mod trial;
 
+pub use crate::config::{EngineChoice, EngineKind};
 pub use inference::{InferError, Inference, Readiness};
-pub use manifest::{Blend, InputSpec, Manifest, ModelSpec, Models, OutputKind, RuntimeSpec};
+pub use manifest::{
+    Agree, Blend, Doubt, InputFilter, InputSpec, Manifest, ModelSpec, Models, OutputKind,
+    RuntimeSpec, SecondOpinion,
+};
 pub use onnxruntime::OnnxRuntimeEngine;
 pub use tract::TractEngine;
 pub use tract_planned::Replaced;
 pub use trial::{OnnxRuntimeTrial, TRIAL_FILE};
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Runs one model. Implementations are shared by all inference workers.
@@ -30,44 +34,6 @@ pub trait Engine: Send + Sync {
     /// Runs the model on one NCHW f32 image of `width`×`height`; returns
     /// the first output's `height*width` values.
     fn run(&self, input: Vec<f32>, width: u32, height: u32) -> Result<Vec<f32>>;
-}
-
-/// The library that runs the models. tract is compiled in; ONNX Runtime is
-/// faster but needs its library (`make onnxruntime`).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineKind {
-    #[default]
-    Tract,
-    Onnxruntime,
-}
-
-impl std::fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(match self {
-            EngineKind::Tract => "tract",
-            EngineKind::Onnxruntime => "onnxruntime",
-        })
-    }
-}
-
-impl std::str::FromStr for EngineKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<EngineKind, String> {
-        match s {
-            "tract" => Ok(EngineKind::Tract),
-            "onnxruntime" => Ok(EngineKind::Onnxruntime),
-            _ => Err(format!("{s:?} is not an engine (tract, onnxruntime)")),
-        }
-    }
-}
-
-/// Which engine runs the models, and where ONNX Runtime's library is.
-#[derive(Debug, Clone, Default)]
-pub struct EngineChoice {
-    pub kind: EngineKind,
-    /// `None`: the manifest's file in the models directory.
-    pub onnxruntime_library: Option<PathBuf>,
 }
 
 /// Loads `spec`'s file from `models_dir` on the chosen engine. Every file

@@ -11,15 +11,15 @@ const MAX_ASPECT: u32 = 4;
 /// Where an image goes in the model's input: the input's size, and the
 /// rectangle the scaled image fills (the rest is padding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placement {
+pub struct InputLayout {
     pub input: (u32, u32),
     /// x, y, width, height.
     pub image: (u32, u32, u32, u32),
 }
 
-impl Placement {
-    fn whole(width: u32, height: u32) -> Placement {
-        Placement {
+impl InputLayout {
+    fn whole(width: u32, height: u32) -> InputLayout {
+        InputLayout {
             input: (width, height),
             image: (0, 0, width, height),
         }
@@ -32,9 +32,9 @@ impl Placement {
 }
 
 /// Where an image of `width`×`height` goes in the model's input.
-pub fn placement(spec: InputSpec, width: u32, height: u32) -> Placement {
+pub fn input_layout(spec: InputSpec, width: u32, height: u32) -> InputLayout {
     match spec {
-        InputSpec::Squash { width, height } => Placement::whole(width, height),
+        InputSpec::Squash { width, height } => InputLayout::whole(width, height),
         InputSpec::Letterbox {
             width: in_w,
             height: in_h,
@@ -44,7 +44,7 @@ pub fn placement(spec: InputSpec, width: u32, height: u32) -> Placement {
             let fit =
                 |side: u32, bound: u32| ((f64::from(side) * scale).round() as u32).clamp(1, bound);
             let (w, h) = (fit(width, in_w), fit(height, in_h));
-            Placement {
+            InputLayout {
                 input: (in_w, in_h),
                 image: ((in_w - w) / 2, (in_h - h) / 2, w, h),
             }
@@ -66,9 +66,9 @@ pub fn placement(spec: InputSpec, width: u32, height: u32) -> Placement {
             let short_in = floor(f64::from(short) * scale);
             let long_in = floor(f64::from(long) * scale).min(short_in * MAX_ASPECT);
             if width <= height {
-                Placement::whole(short_in, long_in)
+                InputLayout::whole(short_in, long_in)
             } else {
-                Placement::whole(long_in, short_in)
+                InputLayout::whole(long_in, short_in)
             }
         }
         InputSpec::Padded {
@@ -79,7 +79,7 @@ pub fn placement(spec: InputSpec, width: u32, height: u32) -> Placement {
             let fit = |side: u32| ((f64::from(side) * scale).round() as u32).clamp(1, long_side);
             let (w, h) = (fit(width), fit(height));
             let (in_w, in_h) = (w.next_multiple_of(multiple), h.next_multiple_of(multiple));
-            Placement {
+            InputLayout {
                 input: (in_w, in_h),
                 image: ((in_w - w) / 2, (in_h - h) / 2, w, h),
             }
@@ -88,11 +88,11 @@ pub fn placement(spec: InputSpec, width: u32, height: u32) -> Placement {
 }
 
 /// NCHW f32 planes of the model input: `image` (8-bit RGB or RGBA, already
-/// at `place`'s image size; alpha is not the model's business) on mid grey.
-pub fn to_tensor(image: &DynamicImage, norm: &Normalise, place: Placement) -> Vec<f32> {
+/// at `layout`'s image size; alpha is not the model's business) on mid grey.
+pub fn to_tensor(image: &DynamicImage, norm: &Normalise, layout: InputLayout) -> Vec<f32> {
     let channels = usize::from(image.color().channel_count());
     debug_assert!(image.color().bytes_per_pixel() as usize == channels && channels >= 3);
-    debug_assert_eq!((image.width(), image.height()), place.image_size());
+    debug_assert_eq!((image.width(), image.height()), layout.image_size());
     let pixels = image.as_bytes().chunks_exact(channels);
     let divisor = match norm.scale {
         Scale::Fixed255 => 255.0,
@@ -106,17 +106,17 @@ pub fn to_tensor(image: &DynamicImage, norm: &Normalise, place: Placement) -> Ve
             f32::from(max.max(1))
         }
     };
-    let (in_w, in_h) = (place.input.0 as usize, place.input.1 as usize);
+    let (in_w, in_h) = (layout.input.0 as usize, layout.input.1 as usize);
     let (x0, y0, w, h) = (
-        place.image.0 as usize,
-        place.image.1 as usize,
-        place.image.2 as usize,
-        place.image.3 as usize,
+        layout.image.0 as usize,
+        layout.image.1 as usize,
+        layout.image.2 as usize,
+        layout.image.3 as usize,
     );
     let plane = in_w * in_h;
     let mut out = vec![0f32; plane * 3];
     let [red, green, blue] = planes_of(&mut out, plane);
-    // Row by row on every core, so a pixel's place needs no division.
+    // Row by row on every core, so a pixel's layout needs no division.
     let rows = red
         .par_chunks_exact_mut(in_w)
         .zip(green.par_chunks_exact_mut(in_w))
@@ -149,9 +149,9 @@ fn planes_of(tensor: &mut [f32], plane: usize) -> [&mut [f32]; 3] {
 
 /// The model's first output as a one-byte-a-pixel matte of the image's
 /// part of the input, before levels.
-pub fn matte_from_output(values: &[f32], output: OutputKind, place: Placement) -> Vec<u8> {
-    let (x0, y0, w, h) = place.image;
-    let row = place.input.0 as usize;
+pub fn matte_from_output(values: &[f32], output: OutputKind, layout: InputLayout) -> Vec<u8> {
+    let (x0, y0, w, h) = layout.image;
+    let row = layout.input.0 as usize;
     let rows = (y0 as usize..(y0 + h) as usize)
         .flat_map(|y| &values[y * row + x0 as usize..y * row + (x0 + w) as usize]);
     let range = output_range(values, output);
@@ -208,7 +208,7 @@ mod tests {
             short_side: 512,
             multiple: 32,
         };
-        let size = |w, h| placement(spec, w, h).input;
+        let size = |w, h| input_layout(spec, w, h).input;
         assert_eq!(size(4000, 3000), (672, 512));
         assert_eq!(size(3000, 4000), (512, 672));
         assert_eq!(size(100, 100), (512, 512));
@@ -221,7 +221,7 @@ mod tests {
         assert_eq!(size(800, 497), (800, 480));
         assert_eq!(size(300, 200), (768, 512), "too small: scaled up");
         assert_eq!(
-            placement(spec, 800, 497).image,
+            input_layout(spec, 800, 497).image,
             (0, 0, 800, 480),
             "the image fills the input"
         );
@@ -233,16 +233,22 @@ mod tests {
             width: 1024,
             height: 1024,
         };
-        assert_eq!(placement(squash, 4000, 3000).image, (0, 0, 1024, 1024));
+        assert_eq!(input_layout(squash, 4000, 3000).image, (0, 0, 1024, 1024));
         let letterbox = InputSpec::Letterbox {
             width: 1024,
             height: 1024,
         };
-        assert_eq!(placement(letterbox, 4000, 3000).image, (0, 128, 1024, 768));
-        assert_eq!(placement(letterbox, 480, 640).image, (128, 0, 768, 1024));
-        assert_eq!(placement(letterbox, 1024, 1024).image, (0, 0, 1024, 1024));
         assert_eq!(
-            placement(letterbox, 20_000, 1).image,
+            input_layout(letterbox, 4000, 3000).image,
+            (0, 128, 1024, 768)
+        );
+        assert_eq!(input_layout(letterbox, 480, 640).image, (128, 0, 768, 1024));
+        assert_eq!(
+            input_layout(letterbox, 1024, 1024).image,
+            (0, 0, 1024, 1024)
+        );
+        assert_eq!(
+            input_layout(letterbox, 20_000, 1).image,
             (0, 511, 1024, 1),
             "never an empty image"
         );
@@ -254,7 +260,7 @@ mod tests {
             long_side: 1024,
             multiple: 256,
         };
-        let at = |w, h| placement(padded, w, h);
+        let at = |w, h| input_layout(padded, w, h);
         // 4:3 fills its input; 3:2 (683 rows) is centred in 768.
         assert_eq!(at(4000, 3000).input, (1024, 768));
         assert_eq!(at(4000, 3000).image, (0, 0, 1024, 768));
@@ -285,7 +291,7 @@ mod tests {
                 "{got:?} vs {want:?}"
             );
         };
-        let whole = Placement::whole(2, 1);
+        let whole = InputLayout::whole(2, 1);
         close(
             to_tensor(&img, &norm, whole),
             &[1.0, -1.0, -1.0, 1.0, -0.6, -0.2],
@@ -304,7 +310,7 @@ mod tests {
             to_tensor(&rgb, &by_max, whole),
             &[1.0, 0.0, 0.0, 1.0, 0.2, 0.4],
         );
-        let boxed = Placement {
+        let boxed = InputLayout {
             input: (2, 2),
             image: (0, 1, 2, 1),
         };
@@ -318,7 +324,7 @@ mod tests {
 
     #[test]
     fn outputs_become_bytes_clamped_stretched_and_cropped() {
-        let row = |n| Placement::whole(n, 1);
+        let row = |n| InputLayout::whole(n, 1);
         assert_eq!(
             matte_from_output(&[-0.2, 0.0, 0.5, 1.0, 1.3], OutputKind::Unit, row(5)),
             [0, 0, 128, 255, 255]
@@ -331,7 +337,7 @@ mod tests {
             matte_from_output(&[0.3, 0.3], OutputKind::Minmax, row(2)),
             [0, 0]
         );
-        let boxed = Placement {
+        let boxed = InputLayout {
             input: (3, 2),
             image: (1, 1, 2, 1),
         };

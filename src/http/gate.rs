@@ -9,7 +9,7 @@
 use super::respond::{header, Body};
 use super::session::{header_value, is_https};
 use crate::app::AppState;
-use crate::dashboard::{message_page, Nav};
+use crate::pages::{message_page, Nav};
 use std::net::IpAddr;
 use tiny_http::{Method, Request, Response};
 

@@ -13,6 +13,7 @@ mod respond;
 mod session;
 
 use crate::app::{AppState, EngineSource, TlsInfo};
+use crate::clock::Clock;
 use crate::config::Settings;
 use crate::error::ApiError;
 use anyhow::{anyhow, Context, Result};
@@ -112,10 +113,11 @@ pub struct ShutdownHandle {
 
 impl App {
     /// Opens the database, binds the port and starts loading the model;
-    /// `addr()` is the bound address (port 0 picks a free one).
-    pub fn build(settings: Settings, engine: EngineSource) -> Result<App> {
+    /// `addr()` is the bound address (port 0 picks a free one). `clock`
+    /// dates usage and sessions (tests set it by hand).
+    pub fn build(settings: Settings, engine: EngineSource, clock: Clock) -> Result<App> {
         let (server, addr, tls) = listen(&settings)?;
-        let state = AppState::start(&settings, engine, addr, tls)?;
+        let state = AppState::start(&settings, engine, clock, addr, tls)?;
         Ok(App {
             server: Arc::new(server),
             state,
@@ -336,9 +338,9 @@ fn not_found(request: &Request) -> respond::Body {
     }
     dashboard::html(
         404,
-        crate::dashboard::message_page(
+        crate::pages::message_page(
             "Not found",
-            &crate::dashboard::Nav::Anonymous,
+            &crate::pages::Nav::Anonymous,
             "There is nothing at this address.",
         ),
     )

@@ -7,11 +7,9 @@ use image::{DynamicImage, GenericImageView, RgbImage, RgbaImage};
 use rayon::prelude::*;
 use std::ops::Range;
 
-/// A convolution filter, as `models/manifest.toml` names it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// A convolution filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filter {
-    #[default]
     CatmullRom,
     Bilinear,
 }

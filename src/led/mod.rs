@@ -12,8 +12,7 @@ mod sysfs;
 pub use gpio::GpioPin;
 pub use sysfs::SysfsLed;
 
-use serde::Deserialize;
-use std::path::PathBuf;
+use crate::config::{IdleLight, LedConfig};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -39,8 +38,7 @@ impl State {
 }
 
 /// How bright the light is at one moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
     Off,
     Dim,
@@ -75,33 +73,7 @@ pub fn level_at(state: State, idle: Level, tick: u64) -> Level {
     }
 }
 
-/// The `[led]` table of the configuration file.
-#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LedConfig {
-    /// `none` (the default), `sysfs` or `gpio`.
-    pub backend: Option<String>,
-    /// The BCM number of the pin, for `gpio`.
-    pub gpio_pin: Option<u8>,
-    /// For `gpio`: the LED lights when the pin is low.
-    pub active_low: Option<bool>,
-    /// For `sysfs`: the LED's directory.
-    pub sysfs_path: Option<PathBuf>,
-    /// What an idle appliance shows: `off` (the default) or `dim`.
-    pub idle: Option<Level>,
-}
-
 impl LedConfig {
-    pub fn over(self, lower: LedConfig) -> LedConfig {
-        LedConfig {
-            backend: self.backend.or(lower.backend),
-            gpio_pin: self.gpio_pin.or(lower.gpio_pin),
-            active_low: self.active_low.or(lower.active_low),
-            sysfs_path: self.sysfs_path.or(lower.sysfs_path),
-            idle: self.idle.or(lower.idle),
-        }
-    }
-
     /// Opens the configured light.
     pub fn open(&self) -> Result<Box<dyn Light>, String> {
         match self.backend.as_deref().unwrap_or("none") {
@@ -130,7 +102,10 @@ impl LedConfig {
     }
 
     pub fn idle_level(&self) -> Level {
-        self.idle.unwrap_or(Level::Off)
+        match self.idle {
+            None | Some(IdleLight::Off) => Level::Off,
+            Some(IdleLight::Dim) => Level::Dim,
+        }
     }
 }
 

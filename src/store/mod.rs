@@ -12,6 +12,7 @@ pub use self::postgres::{PostgresStore, DEAD_AFTER, HEARTBEAT};
 pub use copy::{sqlite_to_postgres, Copied};
 pub use sqlite::SqliteStore;
 
+use crate::config::StoreSettings;
 use crate::domain::{AccountName, ApiKey, Month};
 use std::path::Path;
 use std::sync::Arc;
@@ -201,14 +202,6 @@ pub trait Store: Send + Sync {
         let account = self.account(account)?;
         self.keys_of(account.id)
     }
-}
-
-/// Where the store is: `None` is the SQLite file in the data directory.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StoreSettings {
-    /// `postgres://…`; its password, if any, may come from `password_file`.
-    pub url: Option<String>,
-    pub password_file: Option<std::path::PathBuf>,
 }
 
 /// Opens the configured store and brings its schema up to date.

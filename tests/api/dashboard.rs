@@ -746,7 +746,7 @@ fn the_docs_list_every_error_and_fill_in_the_users_key_prefix() {
     let key = app.account_with_login("booth", "pro");
     let anonymous = Browser::new(&app).get("/docs").text();
     assert!(anonymous.contains("YOUR_API_KEY"));
-    for error in cutout::error::REMOVE_BG_ERRORS {
+    for error in cutout::pages::REMOVE_BG_ERRORS {
         assert!(anonymous.contains(error.code), "{}", error.code);
     }
     let page = app.user("booth").get("/docs").text();
@@ -794,8 +794,7 @@ fn the_status_page_shows_the_appliance() {
 
 #[test]
 fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() {
-    use cutout::bench::{Outcome, Report, Row};
-    use cutout::board::{Board, Installed};
+    use cutout::board::{Board, Installed, Measurement, Report, Row};
     let board = Board {
         name: "Raspberry Pi 4 Model B Rev 1.4".into(),
         memory: 1900 << 20,
@@ -809,7 +808,7 @@ fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() 
     };
     let defaults = board.defaults(&installed, None);
     let app = spawn_app_with(cutout::EngineSource::Ready(u2netp()), |s| {
-        s.board = Some((board, defaults));
+        s.board = Some(defaults.found_on(&board));
         s.engine_note = Some("ONNX Runtime's library ended the process 2 times".into());
     });
     let page = app.admin().get("/admin/status").text();
@@ -821,7 +820,7 @@ fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() 
         rows: vec![Row {
             model: "u2netp".into(),
             engine: "tract".into(),
-            outcome: Outcome::Measured {
+            outcome: Measurement::Measured {
                 load_seconds: 0.4,
                 seconds: 2.25,
                 peak_mib: 240,

@@ -6,11 +6,11 @@
 //! every 7th photo (`PARITY_EVERY_NTH=7`), `make test` all of them.
 
 use crate::helpers::*;
-use cutout::engine::preprocess::{output_range, placement, to_tensor};
+use cutout::engine::preprocess::output_range;
 use cutout::engine::{
     self, Engine, EngineChoice, EngineKind, Manifest, ModelSpec, Replaced, TractEngine,
 };
-use cutout::{imaging, EngineSource};
+use cutout::EngineSource;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -54,10 +54,8 @@ fn largest_difference(spec: &ModelSpec, photos: &[PathBuf]) -> (f32, PathBuf) {
     for photo in photos {
         // Some dev photos are BMP, which the API refuses; the engines do not care.
         let image = image::DynamicImage::ImageRgb8(image::open(photo).unwrap().into_rgb8());
-        let place = placement(spec.input, image.width(), image.height());
-        let ((w, h), (image_w, image_h)) = (place.input, place.image_size());
-        let resized = imaging::resize_with(&image, image_w, image_h, spec.input_filter);
-        let tensor = to_tensor(&resized, &spec.normalise, place);
+        let (_, tensor, layout) = cutout::pipeline::prepare(spec, spec.input, &image);
+        let (w, h) = layout.input;
         let a = tract.run(tensor.clone(), w, h).unwrap();
         let b = onnxruntime.run(tensor, w, h).unwrap();
         let (range_a, range_b) = (output_range(&a, spec.output), output_range(&b, spec.output));

@@ -5,8 +5,9 @@
 //! cut-out, and service comes back by itself.
 
 use crate::helpers::*;
+use cutout::config::StoreSettings;
 use cutout::domain::Month;
-use cutout::store::{PostgresStore, Store, StoreSettings, DEAD_AFTER, HEARTBEAT};
+use cutout::store::{PostgresStore, Store, DEAD_AFTER, HEARTBEAT};
 use cutout::EngineSource;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -169,7 +169,7 @@ fn every_documented_status_and_code_is_one_the_server_really_returns() {
     let app = spawn_app();
     let pro = app.account("pro", "pro");
     let documented = documented(&app);
-    assert_eq!(documented.len(), cutout::error::REMOVE_BG_ERRORS.len());
+    assert_eq!(documented.len(), cutout::pages::REMOVE_BG_ERRORS.len());
     for (status, code) in documented {
         let reply = provoke(&app, &pro, &code);
         assert_eq!(

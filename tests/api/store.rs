@@ -3,10 +3,9 @@
 //! server (helpers/postgres.rs).
 
 use crate::helpers::*;
+use cutout::config::StoreSettings;
 use cutout::domain::{AccountName, ApiKey, Month};
-use cutout::store::{
-    PostgresStore, Principal, Refusal, SqliteStore, Store, StoreError, StoreSettings,
-};
+use cutout::store::{PostgresStore, Principal, Refusal, SqliteStore, Store, StoreError};
 use std::sync::{Arc, Barrier};
 use std::thread;
 

@@ -24,12 +24,12 @@ mod norm;
 mod pad;
 // The planned operators' output is written without being zeroed first.
 #[allow(unsafe_code)]
-mod planes;
+mod plane_by_plane;
 // The int8 kernel reads the packed im2col and writes the sums through
 // tract's raw pointers; the sums become f32 in place.
+mod planned_resize;
 #[allow(unsafe_code)]
 mod qconv;
-mod resize;
 mod split;
 
 use tract_core::floats::FloatPrecisionTranslator;
@@ -57,7 +57,7 @@ pub struct Replaced {
 pub fn optimise(mut model: TypedModel) -> TractResult<(TypedModel, Replaced)> {
     let mut replaced = Replaced {
         qconvs: qconv::plan_qconvs(&mut model)?,
-        resizes: resize::plan_resizes(&mut model)?,
+        resizes: planned_resize::plan_resizes(&mut model)?,
         deep_convs_split: split::split_deep_convs(&mut model)?,
         norms: norm::plan_norms(&mut model)?,
         direct_convs: direct::plan_direct_convs(&mut model)?,

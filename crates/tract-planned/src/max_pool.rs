@@ -5,7 +5,7 @@
 //! "Max pools"). `PlannedMaxPool` takes the same maximum of the same
 //! taps in the same order, so its values are tract's to the bit.
 
-use super::planes::plane_by_plane;
+use super::plane_by_plane::plane_by_plane;
 use super::put_in_place;
 use tract_core::internal::*;
 use tract_core::ops::cnn::OptMaxPool;

@@ -10,7 +10,7 @@
 //! in f64 here, in f32 in another order by tract, so they differ from
 //! tract's in the last bits.
 
-use super::planes::plane_by_plane;
+use super::plane_by_plane::plane_by_plane;
 use super::{lone_relu, patch_each};
 use std::mem::MaybeUninit;
 use tract_core::internal::*;

@@ -11,7 +11,7 @@
 //! three models every pad is. The planned pad runs where a pad has other
 //! readers, or its im2col stays tract's (a grouped convolution's).
 
-use super::planes::plane_by_plane;
+use super::plane_by_plane::plane_by_plane;
 use super::{put_in_place, read_once};
 use std::mem::MaybeUninit;
 use tract_core::internal::*;

@@ -73,7 +73,7 @@ pub(super) fn user(
                         .with_header(header("Content-Type", content_type))
                         .with_header(header("Cache-Control", "no-store"));
                     if download {
-                        let name = crate::dashboard::result_file_name(r.result_type);
+                        let name = crate::pages::result_file_name(r.result_type);
                         let disposition = format!("attachment; filename=\"{name}\"");
                         response.add_header(header("Content-Disposition", disposition));
                     }

@@ -163,7 +163,7 @@ pub(super) fn status_view(cx: &Ctx) -> StatusView {
             .map(|t| (t.addr.port(), t.fingerprint.clone())),
         board: state.board.clone(),
         engine_note: state.engine_note.clone(),
-        bench: crate::bench::Report::load(&state.data_dir),
+        bench: crate::board::Report::load(&state.data_dir),
     }
 }
 

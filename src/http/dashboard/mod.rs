@@ -17,13 +17,13 @@ use crate::app::throttle::{
 };
 use crate::app::tries::TryResult;
 use crate::app::{Admission, AppState};
-use crate::dashboard::{
-    self as view, openapi, AccountForms, AccountView, KeyNotice, Nav, NewAccount, StatusView,
-    TryView,
-};
 use crate::domain::{AccountName, KeyLabel, Month, ACCOUNT_NAME_RULE, ADMIN_LOGIN, KEY_LABEL_RULE};
 use crate::error::ApiError;
 use crate::imaging;
+use crate::pages::{
+    self as view, openapi, AccountForms, AccountView, KeyNotice, Nav, NewAccount, StatusView,
+    TryView,
+};
 use crate::secrets::{check_password_policy, constant_time_eq, hash_password, verify_password};
 use crate::store::{Account, Caller, Principal, StoreError};
 use account::*;

@@ -34,8 +34,8 @@ pub(super) fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Hand
     };
     // Counted before the password is checked, so parallel guesses cannot
     // all pass the limit before the first of them fails.
-    let ticket = match state.dashboard.throttle.begin(&attempt, now) {
-        Ok(ticket) => ticket,
+    let pending = match state.dashboard.throttle.begin(&attempt, now) {
+        Ok(pending) => pending,
         Err(wait) => {
             let minutes = (wait + 59) / 60;
             let why = format!("Too many failed sign-ins for this name or from this device. Try again in {minutes} minute{}.", if minutes == 1 { "" } else { "s" });
@@ -80,7 +80,7 @@ pub(super) fn sign_in(state: &AppState, request: &mut Request, now: i64) -> Hand
             403,
         ));
     }
-    state.dashboard.throttle.succeeded(ticket);
+    state.dashboard.throttle.succeeded(pending);
     // Before the session is stored, so a failure leaves none behind.
     let device = device_cookie_header(state, request, name)?;
     let cookie = session::start(state, request, principal, now)?;

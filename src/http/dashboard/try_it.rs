@@ -47,7 +47,13 @@ pub(super) fn try_it(cx: &Ctx, request: &mut Request, account: Account) -> Handl
                 log::error!("try it failed: {cause:#}");
             }
             let why = format!("{}: {}", e.title(), e.detail());
-            try_page(cx, &caller.account, None, Some(&why), e.status())
+            try_page(
+                cx,
+                &caller.account,
+                None,
+                Some(&why),
+                crate::http::respond::status(&e),
+            )
         }
     }
 }

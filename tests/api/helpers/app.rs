@@ -70,12 +70,11 @@ pub fn spawn_app_with(engine: EngineSource, tweak: impl FnOnce(&mut Settings)) -
         models_dir: models_dir(),
         listen: "127.0.0.1:0".into(),
         model: Some("u2netp".into()),
-        clock,
         shutdown_grace: Duration::from_secs(30),
         ..Settings::default()
     };
     tweak(&mut settings);
-    let app = App::build(settings, engine).unwrap();
+    let app = App::build(settings, engine, clock).unwrap();
     let (addr, shutdown, state) = (app.addr(), app.shutdown_handle(), app.state());
     let server = thread::spawn(move || app.run());
     let store = state.store.clone();

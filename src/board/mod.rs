@@ -5,8 +5,12 @@
 //! measurements behind each threshold are in README.md ("Choosing a model
 //! for your board").
 
-use crate::engine::EngineKind;
+use crate::config::{BoardFound, Config, EngineKind, ServerConfig};
 use std::path::Path;
+
+mod report;
+
+pub use report::{Measurement, Report, Row, REPORT_FILE};
 
 /// What the defaults are chosen from.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,9 +282,63 @@ fn int8_dot_product() -> bool {
     false
 }
 
+impl BoardDefaults {
+    /// The board and these defaults, as the settings carry them.
+    pub fn found_on(&self, board: &Board) -> BoardFound {
+        BoardFound {
+            description: board.describe(),
+            defaults: self.summary(),
+            isnet_fits: self.isnet_fits,
+        }
+    }
+
+    /// The defaults as a configuration layer, to go under the others.
+    pub fn as_config(&self) -> Config {
+        Config {
+            model: Some(self.model.to_owned()),
+            engine: Some(self.engine),
+            server: ServerConfig {
+                upload_buffer_mib: self.upload_buffer_mib,
+                max_megapixels: self.max_megapixels,
+                ..ServerConfig::default()
+            },
+            ..Config::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Settings;
+
+    #[test]
+    fn the_defaults_go_under_every_other_layer() {
+        let small = Board {
+            name: "test".into(),
+            memory: 512 << 20,
+            cores: 4,
+            int8_dot_product: false,
+        };
+        let everything = Installed {
+            onnxruntime: true,
+            isnet_int8: true,
+            isnet_int8_on_tract: true,
+        };
+        let defaults = small.defaults(&everything, None);
+        let file = Config::parse_str("model = \"modnet\"\n").unwrap();
+        let settings = Settings::from_config(file.over(defaults.as_config())).unwrap();
+        assert_eq!(settings.model.as_deref(), Some("modnet"));
+        assert_eq!(settings.engine.kind, EngineKind::Tract);
+        assert_eq!(settings.upload_buffer, SMALL_UPLOAD_BUFFER_MIB << 20);
+        assert_eq!(settings.max_pixels, SMALL_BOARD_MAX_MEGAPIXELS * 1_000_000);
+        let file = Config::parse_str("engine = \"onnxruntime\"\n[server]\nupload_buffer_mib = 8\n")
+            .unwrap();
+        let settings = Settings::from_config(file.over(defaults.as_config())).unwrap();
+        assert_eq!(settings.model.as_deref(), Some("u2netp"));
+        assert_eq!(settings.engine.kind, EngineKind::Onnxruntime);
+        assert_eq!(settings.upload_buffer, 8 << 20);
+    }
 
     fn board(memory_mib: u64, int8_dot_product: bool) -> Board {
         Board {

@@ -5,7 +5,7 @@
 //! tract's own plan, the same taps and weights summed in the same order, so
 //! its values are tract's to the bit, and runs it on tract's threads.
 
-use super::planes::plane_by_plane;
+use super::plane_by_plane::plane_by_plane;
 use super::put_in_place;
 use std::mem::MaybeUninit;
 use tract_core::internal::*;

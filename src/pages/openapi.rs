@@ -1,8 +1,9 @@
 //! The API contract as an OpenAPI 3.1 document, made from the same error
 //! table as the docs page, so the two cannot disagree.
 
+use super::docs::REMOVE_BG_ERRORS;
 use crate::domain::{OptionField, REMOVE_BG_OPTIONS};
-use crate::error::{MAX_IMAGE_BYTES, REMOVE_BG_ERRORS};
+use crate::error::MAX_IMAGE_BYTES;
 use serde_json::{json, Map, Value};
 
 pub fn document(version: &str) -> Value {

@@ -194,7 +194,7 @@ pub struct StatusView {
     /// Why the engine is not the configured one, when it is not.
     pub engine_note: Option<String>,
     /// `cutout bench`'s last report.
-    pub bench: Option<crate::bench::Report>,
+    pub bench: Option<crate::board::Report>,
 }
 
 pub fn status_page(csrf: &str, s: &StatusView) -> Markup {

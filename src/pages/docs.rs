@@ -3,8 +3,52 @@
 
 use super::{page, Nav};
 use crate::domain::{OptionField, REMOVE_BG_OPTIONS};
-use crate::error::REMOVE_BG_ERRORS;
 use maud::{html, Markup};
+
+/// One row of the error table that the API docs page and the OpenAPI
+/// document are made from.
+pub struct Documented {
+    pub status: u16,
+    pub code: &'static str,
+    pub title: &'static str,
+    pub when: &'static str,
+}
+
+/// What `POST /api/remove-bg` can answer besides 200, in the order the docs
+/// show it. A unit test keeps it in step with `describe`.
+pub const REMOVE_BG_ERRORS: &[Documented] = &[
+    Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part; the detail names a file part sent under another name (file, image, photo)." },
+    Documented { status: 400, code: "unknown_field", title: "Unknown field", when: "The form has a field this API does not know; the detail names it." },
+    Documented { status: 400, code: "invalid_image_file_b64", title: "Invalid image_file_b64", when: "image_file_b64 is not standard base64 (a data: URL's head and line breaks are allowed)." },
+    Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "The form has a remove.bg option this appliance does not offer (image_url, bg_image_url, shadow_type, shadow_opacity), or one at a value other than its default (add_shadow=false, semitransparency=true). The detail names it." },
+    Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full, nor one of remove.bg's names (small, regular, medium, hd, 4k, 50MP)." },
+    Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general, nor one of remove.bg's (product, car)." },
+    Documented { status: 400, code: "invalid_channels", title: "Invalid channels", when: "channels is not rgba or alpha." },
+    Documented { status: 400, code: "invalid_format", title: "Invalid format", when: "format is not auto, png, jpg, webp or zip; or zip with channels=alpha; or the result is wider or taller than the format holds (JPEG 65535, WEBP 16383 pixels)." },
+    Documented { status: 400, code: "invalid_bg_color", title: "Invalid bg_color", when: "bg_color is not a hex colour (81d4fa, fff, #81d4fa80) or a CSS colour name; or it comes with bg_image_file or channels=alpha." },
+    Documented { status: 400, code: "invalid_bg_image_file", title: "Invalid bg_image_file", when: "bg_image_file is not a JPEG, PNG or WEBP that decodes within the photo's limits; or it comes with channels=alpha." },
+    Documented { status: 400, code: "invalid_crop", title: "Invalid crop", when: "crop is not true or false." },
+    Documented { status: 400, code: "invalid_crop_margin", title: "Invalid crop_margin", when: "crop_margin is not 1, 2 or 4 lengths (30px, 10%) of at most 500px or 50%; or is not 0 without crop=true." },
+    Documented { status: 400, code: "invalid_roi", title: "Invalid roi", when: "roi is not four lengths x1 y1 x2 y2 (px or %) with x1 < x2 and y1 < y2." },
+    Documented { status: 400, code: "invalid_scale", title: "Invalid scale", when: "scale is not original or a percentage from 10% to 100%." },
+    Documented { status: 400, code: "invalid_position", title: "Invalid position", when: "position is not original, center, or one or two percentages from 0% to 100%." },
+    Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
+    Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels (25 million on a board under 1.5 GiB of memory; server.max_megapixels)." },
+    Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
+    Documented { status: 400, code: "invalid_request", title: "Invalid request", when: "The body is not a well-formed multipart/form-data, urlencoded or JSON form (or has two image_file parts, or both image_file and image_file_b64); or the request head is malformed or ambiguous (two Content-Length or Host headers, Content-Length with Transfer-Encoding, a coding other than chunked, control characters, a CR or LF alone), which also closes the connection." },
+    Documented { status: 401, code: "missing_api_key", title: "Missing API key", when: "No X-Api-Key header." },
+    Documented { status: 401, code: "invalid_api_key", title: "Invalid API key", when: "The key is unknown or revoked." },
+    Documented { status: 402, code: "quota_exceeded", title: "Monthly quota exceeded", when: "The month's images are used up (Pro: 500 per UTC calendar month)." },
+    Documented { status: 403, code: "plan_not_allowed", title: "Plan has no API access", when: "The account's plan has no API access." },
+    Documented { status: 403, code: "account_suspended", title: "Account suspended", when: "The operator has suspended the account." },
+    Documented { status: 408, code: "request_timeout", title: "Request timeout", when: "The body did not arrive in time: 10 seconds from its first byte read, a second more for every 16 KiB that came, at most 120 seconds; or it stopped for 30 seconds." },
+    Documented { status: 413, code: "file_too_large", title: "File too large", when: "image_file is over 10 MiB (10485760 bytes), or the whole body over 13.4 MiB (a 10 MiB image in base64 and the rest of the form; a bg_image_file counts in it)." },
+    Documented { status: 415, code: "unsupported_image_format", title: "Unsupported image format", when: "image_file is not a JPEG, PNG or WEBP." },
+    Documented { status: 429, code: "too_many_concurrent_requests", title: "Too many concurrent requests", when: "The account already has its plan's number of requests in flight (Pro 5, Business 50). Retry-After is set." },
+    Documented { status: 431, code: "request_header_fields_too_large", title: "Request header fields too large", when: "A request line or header line is over 8 KiB, the whole head over 32 KiB, or there are over 100 headers." },
+    Documented { status: 500, code: "internal_error", title: "Internal error", when: "Something failed on the appliance; the cause is in its log." },
+    Documented { status: 503, code: "service_unavailable", title: "Service unavailable", when: "The model is still loading, the queue is full, the database cannot be written or the server is stopping. Retry-After is set." },
+];
 
 /// `base_url` is how the reader reached this server; `key_prefix` is the
 /// start of the reader's newest active key, when they have one.
