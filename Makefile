@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: planned-gains test-unit check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -39,6 +39,13 @@ bench: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/bench.py $(BENCH_ARGS)
 
+# Each of crates/tract-planned's passes' gain on each model on tract: a run
+# with all of them against one with each left out (bench/planned_gains.py;
+# BENCHMARKS.md, "tract-planned: each operator's gain"). About 15 minutes.
+planned-gains: models quantize
+	$(CARGO) build --release
+	python3 bench/planned_gains.py $(GAINS_ARGS)
+
 # The shared store's part of a call (admit + charge), SQLite against
 # PostgreSQL on loopback, side by side (examples/store_bench.rs; BENCHMARKS.md).
 bench-store:
@@ -67,7 +74,10 @@ check: models onnxruntime
 	$(MAKE) test-models
 
 # Each phase's seconds are printed as it ends, and all of them at the end
-# (target/phases.txt).
+# (target/phases.txt). Each artifact is built once, in a phase of its own:
+# the x86 test build (its binary also goes into the package and the e2e
+# tests) and the aarch64 test build (its binary also runs on the emulated
+# boards); clippy's check build and tiny_http's own tests are the others.
 PHASE := .ci/phase
 test:
 	@mkdir -p target && rm -f target/phases.txt
@@ -75,15 +85,24 @@ test:
 	$(PHASE) models $(MAKE) models onnxruntime quantize
 	$(PHASE) lint $(MAKE) lint
 	$(PHASE) deny $(MAKE) deny
-	$(PHASE) unit+api $(CARGO) test --workspace
+	$(PHASE) build $(CARGO) test --workspace --no-run
+	$(PHASE) unit $(MAKE) test-unit
+	$(PHASE) api $(CARGO) test --workspace --test api
 	$(PHASE) test-models $(MAKE) test-models
 	$(PHASE) tiny_http $(MAKE) test-tiny-http
 	$(PHASE) e2e $(MAKE) e2e
 	$(PHASE) unit-check $(MAKE) unit-check
+	$(PHASE) aarch64-build $(MAKE) aarch64-tests
 	$(PHASE) aarch64 $(MAKE) test-aarch64
 	$(PHASE) boards $(MAKE) test-board
 	$(PHASE) package $(MAKE) test-deb
 	@echo "seconds per phase:"; cat target/phases.txt
+
+# Both crates' unit tests and doc tests (the API tests are `make test`'s
+# next phase; tests/board.rs is `make test-board`).
+test-unit:
+	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test --workspace --doc
 
 # models/prepare.py's rewrites on small graphs, in the pinned tools' venv.
 test-models:
@@ -120,32 +139,35 @@ aarch64:
 	$(ARM) $(CARGO) build --release --target $(AARCH64)
 	@echo "built target/aarch64/$(AARCH64)/release/cutout"
 
-# Everything built for aarch64 (the library, the binary and all tests); the
-# library's unit tests, the binary (its commands, and the threaded server
-# without a model: tests/aarch64-smoke.sh) and the API tests that run no
-# model run under qemu-aarch64. No model runs there, so the dependencies
-# are built unoptimised (profile arm-check); test-board runs the models.
-test-aarch64: models binfmt
-	$(ARM) $(CARGO) test --workspace --no-run --profile arm-check --target $(AARCH64)
+# Everything built for aarch64 once, at the tests' profile (the library,
+# the binary and all tests): the library's unit tests, the binary (its
+# commands, and the threaded server without a model: tests/aarch64-smoke.sh)
+# and the API tests that run no model run under qemu-aarch64; test-board
+# runs the models on the same binary.
+ARM_TESTS := target/aarch64/$(AARCH64)/debug
+aarch64-tests: models
+	$(ARM) $(CARGO) test --workspace --no-run --target $(AARCH64)
+
+test-aarch64: aarch64-tests binfmt
 	@echo "not run under qemu-user: a_large_block_asks_for_huge_pages (qemu writes its own" \
 		"/proc/self/smaps, whose VmFlags never show the huge-page advice);" \
 		"the_test_photo_is_12_megapixels_under_the_upload_limit (it encodes 12 MP JPEGs" \
-		"with unoptimised dependencies: most of an hour emulated)"
-	$(ARM) $(CARGO) test --workspace --lib --profile arm-check --target $(AARCH64) -- \
+		"until one fits, SIMD emulated; the x86 run checks the same code)"
+	$(ARM) $(CARGO) test --workspace --lib --target $(AARCH64) -- \
 		--skip a_large_block_asks_for_huge_pages \
 		--skip the_test_photo_is_12_megapixels_under_the_upload_limit
-	sh tests/aarch64-smoke.sh target/aarch64/$(AARCH64)/arm-check/cutout
+	sh tests/aarch64-smoke.sh $(ARM_TESTS)/cutout
 	@echo "the int8 convolution's tests on the Pi cores: the A53 has no int8 dot" \
 		"product (tract's SMLAL kernel, rows packed side by side), the A76 has SDOT" \
 		"(four rows of a column side by side); qemu's default CPU ran both above"
 	for cpu in cortex-a53 cortex-a76; do \
 		CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -cpu $$cpu" \
-		$(ARM) $(CARGO) test -p tract-planned --lib --profile arm-check --target $(AARCH64) qconv || exit 1; \
+		$(ARM) $(CARGO) test --workspace --lib --target $(AARCH64) qconv || exit 1; \
 	done
 	@echo "threaded API tests under qemu-aarch64 that run no model (the aarch64 server" \
 		"binary they start runs through qemu's binfmt handler); TEST_UNDER_QEMU: the" \
 		"server's memory under 2,000 connections is not checked, as its RSS is qemu's"
-	TEST_UNDER_QEMU=1 $(ARM) $(CARGO) test --workspace --test api --profile arm-check --target $(AARCH64) -- \
+	TEST_UNDER_QEMU=1 $(ARM) $(CARGO) test --workspace --test api --target $(AARCH64) -- \
 		connections dashboard::sign_in dashboard::parallel_guesses dashboard::a_stranger
 
 # Tests that start an aarch64 program as a child process need the kernel to
@@ -157,14 +179,17 @@ binfmt:
 
 # The appliance on emulated Raspberry Pi boards (tests/board.rs): Cortex-A53
 # with 512 MiB, A72 with 2 GiB, A76 with 4 GiB, each a qemu CPU model and a
-# cgroup memory limit; the arm64 package's release binary with the packaged
-# cutout.toml serves cut-outs with each board's defaults, matched against
-# the x86 build's. About 10 minutes; needs root and qemu 10.
+# cgroup memory limit; the aarch64 binary with the packaged cutout.toml
+# serves cut-outs with each board's defaults, matched against the x86
+# build's. The binary is the aarch64 test build's: the package's code, its
+# dependencies optimised as in the release build, the crate itself at
+# opt-level 1 (as in every test build). About 10 minutes; needs root and
+# qemu 10.
 BOARD_MODELS := target/board/models
-test-board: models quantize aarch64
+test-board: models quantize aarch64-tests
 	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir $(BOARD_MODELS)
 	for f in models/*.tract.onnx models/*.onnxruntime.onnx; do ln -sf $(CURDIR)/$$f $(BOARD_MODELS)/; done
-	TEST_BOARD_BINARY=target/aarch64/$(AARCH64)/release/cutout TEST_BOARD_MODELS=$(BOARD_MODELS) \
+	TEST_BOARD_BINARY=$(ARM_TESTS)/cutout TEST_BOARD_MODELS=$(BOARD_MODELS) \
 		$(CARGO) test --workspace --test board -- --ignored --test-threads=1 --nocapture
 
 # Debian packages (cargo-deb): binary, unit, cutout.toml, models, ONNX
@@ -181,11 +206,13 @@ deb-arm64: models
 	@ls target/aarch64/debian/*_arm64.deb
 
 # The amd64 package installed in a fresh Debian 12 chroot and used there:
-# the files of `make deb`, but the binary is the test build's (the same code
-# at the tests' optimisation, not a second 8-minute release build; cargo-deb
-# warns about the dev profile) and the compression faster (325 MB of models).
+# the files of `make deb`, but the binary is the test build's, packaged as
+# built (the same code at the tests' optimisation, not a second build;
+# cargo-deb warns about the dev profile), and the compression faster (325 MB
+# of models).
 test-deb:
-	$(MAKE) deb DEB_PROFILE=dev DEB_FLAGS=--fast
+	$(CARGO) test --workspace --no-run
+	$(MAKE) deb DEB_PROFILE=dev DEB_FLAGS="--fast --no-build"
 	sh packaging/test-install.sh target/debian/cutout_*_amd64.deb ../shared/eval/dev/grabcut/images/106024.jpg
 
 # RustSec advisories, banned crates and licences (deny.toml), against the
