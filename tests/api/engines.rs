@@ -135,26 +135,22 @@ fn every_pass_over_tracts_plan_still_applies_to_every_model() {
         [
             r.qconvs,
             r.resizes,
-            r.deep_convs_split,
             r.norms,
-            r.direct_convs,
             r.fused,
             r.pads,
             r.im2cols,
             r.max_pools,
         ]
     };
-    // int8 convolutions, resizes, deep convolutions split, norms, direct
-    // convolutions, fused, pads, im2cols, max pools; IS-Net at 4:3 and
-    // squashed (`type=auto`). MODNet in int8 runs its 3 × 3 convolutions
-    // in `qconv` but the first (direct): no pad or im2col is left.
+    // int8 convolutions, resizes, norms, fused, pads, im2cols, max pools;
+    // IS-Net at 4:3 and squashed (`type=auto`).
     let expected = [
-        ("isnet", (1024, 768), [0, 34, 2, 0, 2, 125, 114, 114, 33]),
-        ("isnet", (1024, 1024), [0, 34, 2, 0, 2, 125, 114, 114, 33]),
-        ("isnet-int8", (1024, 1024), [114, 34, 0, 0, 0, 0, 0, 0, 33]),
-        ("u2netp", (256, 256), [0, 38, 0, 0, 3, 122, 115, 115, 33]),
-        ("modnet", (384, 512), [0, 8, 1, 16, 1, 3, 17, 17, 0]),
-        ("modnet-int8", (384, 512), [36, 8, 0, 16, 1, 1, 0, 0, 0]),
+        ("isnet", (1024, 768), [0, 34, 0, 123, 114, 114, 33]),
+        ("isnet", (1024, 1024), [0, 34, 0, 123, 114, 114, 33]),
+        ("isnet-int8", (1024, 1024), [114, 34, 0, 0, 0, 0, 33]),
+        ("u2netp", (256, 256), [0, 38, 0, 123, 118, 118, 33]),
+        ("modnet", (384, 512), [0, 8, 16, 2, 15, 15, 0]),
+        ("modnet-int8", (384, 512), [36, 8, 16, 3, 1, 1, 0]),
     ];
     let found: Vec<_> = expected
         .iter()

@@ -4,16 +4,12 @@
 //! also takes in the Concat before it) and `max_pool` (2 × 2 max pools of
 //! stride 2) run a plane per core, and `im2col` packs a convolution's input
 //! for its matrix product a run of neighbouring values at a time, writing
-//! the zeros of the pad before it itself. Before tract optimises, `split`
-//! cuts a convolution over very many channels into parts whose sum differs
-//! from tract's in the last bits, `norm` puts one operator in place of
-//! MODNet's IBNorm, whose instance norms also differ in the last bits, and
-//! `direct` has tract run the thin convolutions (a first layer, a side
-//! output) without im2col. `to_f32` and `prefer_avx2_on_zen4` are the
-//! other two things cutout does to tract's plan.
+//! the zeros of the pad before it itself. Before tract optimises, `norm`
+//! puts one operator in place of MODNet's IBNorm, whose instance norms
+//! differ from tract's in the last bits. `to_f32` and `prefer_avx2_on_zen4`
+//! are the other two things cutout does to tract's plan.
 #![deny(unsafe_code)]
 
-mod direct;
 mod fuse;
 // tract hands an im2col input its panel buffer as a raw pointer, and the
 // packing asks for its rows ahead with a prefetch.
@@ -30,7 +26,6 @@ mod plane_by_plane;
 mod planned_resize;
 #[allow(unsafe_code)]
 mod qconv;
-mod split;
 
 use tract_core::floats::FloatPrecisionTranslator;
 use tract_core::internal::*;
@@ -43,36 +38,65 @@ use tract_core::knobs::KnobScope;
 pub struct Replaced {
     pub qconvs: usize,
     pub resizes: usize,
-    pub deep_convs_split: usize,
     pub norms: usize,
-    pub direct_convs: usize,
     pub fused: usize,
     pub pads: usize,
     pub im2cols: usize,
     pub max_pools: usize,
 }
 
+/// The passes, as `TRACT_PLANNED_LEAVE_OUT` names them.
+pub const PASSES: [&str; 7] = [
+    "qconv", "resize", "norm", "fuse", "pad", "im2col", "max_pool",
+];
+
+/// The passes named in `TRACT_PLANNED_LEAVE_OUT` (comma-separated), which
+/// `optimise` then leaves out: how each pass's gain is measured
+/// (bench/planned_gains.py). Unset, every pass runs.
+fn left_out() -> TractResult<Vec<String>> {
+    let names = std::env::var("TRACT_PLANNED_LEAVE_OUT").unwrap_or_default();
+    let names: Vec<String> = names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect();
+    if let Some(unknown) = names.iter().find(|n| !PASSES.contains(&n.as_str())) {
+        bail!("TRACT_PLANNED_LEAVE_OUT names {unknown:?}, not one of {PASSES:?}");
+    }
+    Ok(names)
+}
+
 /// `model` (decluttered, in f32) as tract optimises it, with cutout's
 /// operators in place of tract's; and how many nodes each pass replaced.
 pub fn optimise(mut model: TypedModel) -> TractResult<(TypedModel, Replaced)> {
+    let left_out = left_out()?;
+    let on = |pass: &str| !left_out.iter().any(|n| n == pass);
+    let pass = |name: &str, run: &mut dyn FnMut() -> TractResult<usize>| -> TractResult<usize> {
+        if on(name) {
+            run()
+        } else {
+            Ok(0)
+        }
+    };
     let mut replaced = Replaced {
-        qconvs: qconv::plan_qconvs(&mut model)?,
-        resizes: planned_resize::plan_resizes(&mut model)?,
-        deep_convs_split: split::split_deep_convs(&mut model)?,
-        norms: norm::plan_norms(&mut model)?,
-        direct_convs: direct::plan_direct_convs(&mut model)?,
+        qconvs: pass("qconv", &mut || qconv::plan_qconvs(&mut model))?,
         ..Replaced::default()
     };
+    replaced.resizes = pass("resize", &mut || planned_resize::plan_resizes(&mut model))?;
+    replaced.norms = pass("norm", &mut || norm::plan_norms(&mut model))?;
     let windows = im2col::conv_windows(&model);
-    // Every other convolution as im2col and a matrix product: tract's
+    // Every convolution as im2col and a matrix product: tract's
     // direct spatial convolution for all it takes was slower on each
     // model, IS-Net's run by a quarter (BENCHMARKS.md, "tract").
     let mut optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
         .enter(|| model.into_optimized())?;
-    replaced.fused = fuse::fuse_after_convs(&mut optimised)?;
-    replaced.pads = pad::plan_pads(&mut optimised)?;
-    replaced.im2cols = im2col::plan_im2cols(&mut optimised, &windows)?;
-    replaced.max_pools = max_pool::plan_max_pools(&mut optimised)?;
+    replaced.fused = pass("fuse", &mut || fuse::fuse_after_convs(&mut optimised))?;
+    replaced.pads = pass("pad", &mut || pad::plan_pads(&mut optimised))?;
+    replaced.im2cols = pass("im2col", &mut || {
+        im2col::plan_im2cols(&mut optimised, &windows)
+    })?;
+    replaced.max_pools = pass("max_pool", &mut || max_pool::plan_max_pools(&mut optimised))?;
     Ok((optimised, replaced))
 }
 
