@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: planned-gains test-unit phase-lint phase-build phase-aarch64-build check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: planned-gains test-unit check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -58,55 +58,45 @@ eval: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/eval.py $(EVAL_ARGS)
 
-# clippy in a target directory of its own: `make test` runs it beside the
-# test build, and cargo lets one build at a time use a directory.
-LINT_DIR := CARGO_TARGET_DIR=target/lint
 lint:
 	$(CARGO) fmt --all -- --check
-	$(LINT_DIR) $(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # The quick loop while changing code: formatting, lints, the unit tests and
 # the API tests, less those that need root (disk.rs mounts a filesystem); the
 # two that run for minutes by design run shorter: the soak for 30 s, the two
 # engines compared on every 7th dev photo. `make test` runs everything.
-check: models onnxruntime lint
+check: models onnxruntime
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --lib
 	SOAK_SECS=30 PARITY_EVERY_NTH=7 $(CARGO) test --workspace --test api -- --skip disk::
 	$(MAKE) test-models
 
 # Each phase's seconds are printed as it ends, and all of them at the end
-# (target/phases.txt). Each artifact is built once: the x86 test build (its
-# binary also goes into the package and the e2e tests), the aarch64 test
-# build (its binary also runs on the emulated boards), clippy's check build
-# and tiny_http's own tests. The first three run side by side, each in a
-# target directory of its own, so that each one's single-threaded stretches
-# (a large crate, a link) leave no core idle: `builds` is their wall time,
-# and each also prints its own.
+# (target/phases.txt). Each artifact is built once, in a phase of its own:
+# the x86 test build (its binary also goes into the package and the e2e
+# tests) and the aarch64 test build (its binary also runs on the emulated
+# boards); clippy's check build and tiny_http's own tests are the others.
 PHASE := .ci/phase
 test:
 	@mkdir -p target && rm -f target/phases.txt
 	@[ -z "$$CI_INSTALL_SECONDS" ] || printf '%-14s %5d s\n' install "$$CI_INSTALL_SECONDS" > target/phases.txt
 	$(PHASE) models $(MAKE) models onnxruntime quantize
+	$(PHASE) lint $(MAKE) lint
 	$(PHASE) deny $(MAKE) deny
-	$(PHASE) builds $(MAKE) -j3 phase-lint phase-build phase-aarch64-build
+	$(PHASE) build $(CARGO) test --workspace --no-run
 	$(PHASE) unit $(MAKE) test-unit
 	$(PHASE) api $(CARGO) test --workspace --test api
 	$(PHASE) test-models $(MAKE) test-models
 	$(PHASE) tiny_http $(MAKE) test-tiny-http
 	$(PHASE) e2e $(MAKE) e2e
 	$(PHASE) unit-check $(MAKE) unit-check
+	$(PHASE) aarch64-build $(MAKE) aarch64-tests
 	$(PHASE) aarch64 $(MAKE) test-aarch64
 	$(PHASE) boards $(MAKE) test-board
 	$(PHASE) package $(MAKE) test-deb
-	@echo "seconds per phase (lint, build and aarch64-build ran side by side, in builds):"
-	@cat target/phases.txt
-
-phase-lint:
-	$(PHASE) lint $(MAKE) lint
-phase-build:
-	$(PHASE) build $(CARGO) test --workspace --no-run
-phase-aarch64-build:
-	$(PHASE) aarch64-build $(MAKE) aarch64-tests
+	@echo "seconds per phase:"; cat target/phases.txt
 
 # Both crates' unit tests and doc tests (the API tests are `make test`'s
 # next phase; tests/board.rs is `make test-board`).
