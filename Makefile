@@ -65,12 +65,15 @@ lint:
 # The quick loop while changing code: formatting, lints, the unit tests and
 # the API tests, less those that need root (disk.rs mounts a filesystem); the
 # two that run for minutes by design run shorter: the soak for 30 s, the two
-# engines compared on every 7th dev photo. `make test` runs everything.
+# engines compared on every 7th dev photo; and four API tests at a time, as
+# most of their time is waiting on the servers they start. `make test` runs
+# everything, two at a time.
 check: models onnxruntime
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --lib
-	SOAK_SECS=30 PARITY_EVERY_NTH=7 $(CARGO) test --workspace --test api -- --skip disk::
+	SOAK_SECS=30 PARITY_EVERY_NTH=7 $(CARGO) test --workspace --test api -- --skip disk:: \
+		--test-threads=4
 	$(MAKE) test-models
 
 # Each phase's seconds are printed as it ends, and all of them at the end
