@@ -72,31 +72,34 @@ fn left_out() -> TractResult<Vec<String>> {
 pub fn optimise(mut model: TypedModel) -> TractResult<(TypedModel, Replaced)> {
     let left_out = left_out()?;
     let on = |pass: &str| !left_out.iter().any(|n| n == pass);
-    let pass = |name: &str, run: &mut dyn FnMut() -> TractResult<usize>| -> TractResult<usize> {
-        if on(name) {
-            run()
-        } else {
-            Ok(0)
-        }
-    };
-    let mut replaced = Replaced {
-        qconvs: pass("qconv", &mut || qconv::plan_qconvs(&mut model))?,
-        ..Replaced::default()
-    };
-    replaced.resizes = pass("resize", &mut || planned_resize::plan_resizes(&mut model))?;
-    replaced.norms = pass("norm", &mut || norm::plan_norms(&mut model))?;
+    let mut replaced = Replaced::default();
+    if on("qconv") {
+        replaced.qconvs = qconv::plan_qconvs(&mut model)?;
+    }
+    if on("resize") {
+        replaced.resizes = planned_resize::plan_resizes(&mut model)?;
+    }
+    if on("norm") {
+        replaced.norms = norm::plan_norms(&mut model)?;
+    }
     let windows = im2col::conv_windows(&model);
     // Every convolution as im2col and a matrix product: tract's
     // direct spatial convolution for all it takes was slower on each
     // model, IS-Net's run by a quarter (BENCHMARKS.md, "tract").
     let mut optimised = KnobScope::new([("TRACT_DISABLE_DIRECT_SPATIAL", "true")])?
         .enter(|| model.into_optimized())?;
-    replaced.fused = pass("fuse", &mut || fuse::fuse_after_convs(&mut optimised))?;
-    replaced.pads = pass("pad", &mut || pad::plan_pads(&mut optimised))?;
-    replaced.im2cols = pass("im2col", &mut || {
-        im2col::plan_im2cols(&mut optimised, &windows)
-    })?;
-    replaced.max_pools = pass("max_pool", &mut || max_pool::plan_max_pools(&mut optimised))?;
+    if on("fuse") {
+        replaced.fused = fuse::fuse_after_convs(&mut optimised)?;
+    }
+    if on("pad") {
+        replaced.pads = pad::plan_pads(&mut optimised)?;
+    }
+    if on("im2col") {
+        replaced.im2cols = im2col::plan_im2cols(&mut optimised, &windows)?;
+    }
+    if on("max_pool") {
+        replaced.max_pools = max_pool::plan_max_pools(&mut optimised)?;
+    }
     Ok((optimised, replaced))
 }
 
