@@ -226,7 +226,7 @@ impl Pipeline {
         model: &Model,
         blend: &Blend,
         original: &DynamicImage,
-        (first_input, first): (&DynamicImage, &[u8]),
+        (first_input, first): (&DynamicImage, Vec<u8>),
         watch: &mut Stopwatch,
     ) -> Result<(Vec<u8>, String), ApiError> {
         let grid = (first_input.width(), first_input.height());
@@ -236,7 +236,7 @@ impl Pipeline {
             let size = (view_input.width(), view_input.height());
             Ok::<_, ApiError>(imaging::resize_gray(&matte, size, grid))
         };
-        let mut own = vec![first.to_vec()];
+        let mut own = vec![first];
         for &input in &blend.inputs {
             own.push(view(model, input, watch)?);
         }
@@ -347,7 +347,7 @@ impl Pipeline {
                 (person.spec.name.clone(), matte)
             }
             (None, Some(blend), SubjectType::Auto) => {
-                let first = (&model_input, first.as_slice());
+                let first = (&model_input, std::mem::take(&mut first));
                 let (matte, made_by) = self.blend(model, blend, &original, first, &mut watch)?;
                 (made_by, matte)
             }
