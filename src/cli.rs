@@ -108,6 +108,9 @@ enum Command {
         model: String,
         engine: EngineKind,
         photo: PathBuf,
+        /// One rung of `type=auto`'s ladder, every view of it, instead.
+        #[arg(long)]
+        rung: Option<String>,
     },
 }
 
@@ -272,9 +275,17 @@ pub fn run(cli: Cli) -> Result<()> {
             model,
             engine,
             photo,
+            rung,
         } => {
+            let rung = match rung {
+                Some(name) => Some(
+                    crate::pipeline::Rung::parse(&name)
+                        .ok_or_else(|| anyhow!("no rung {name:?}"))?,
+                ),
+                None => None,
+            };
             let (load, seconds, peak_kib) =
-                crate::bench::measure_one(&settings, &model, engine, &photo)?;
+                crate::bench::measure_one(&settings, &model, engine, &photo, rung)?;
             println!("{load:.3} {seconds:.3} {peak_kib}");
             Ok(())
         }
@@ -467,11 +478,33 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
         |row| {
             eprintln!("  {}", row.line());
         },
-    );
+    )
+    .and_then(|mut report| {
+        let pipeline = bench::unloaded_pipeline(settings, settings.model.as_deref())?;
+        let model = pipeline.default_model().spec.name.clone();
+        let engine = settings.engine.kind;
+        let budget = settings.pipeline.budget_seconds;
+        eprintln!(
+            "type=auto's rungs for {model} on {engine} within the {budget} s budget, cheapest first; every view, the faster of two runs"
+        );
+        let ladder = bench::measure_ladder(
+            settings,
+            &model,
+            &photo_path,
+            budget,
+            &|| false,
+            |row| eprintln!("  {}", row.line()),
+        )?;
+        report.ladder = Some(ladder);
+        let board = crate::board::Board::detect();
+        let rungs = bench::rung_seconds(&pipeline, engine, report.ladder.as_ref(), &board.name);
+        let choice = crate::pipeline::ladder::choose(&rungs, budget);
+        Ok((report, bench::describe_choice(&pipeline, &choice, budget)))
+    });
     if save_photo.is_none() {
         let _ = std::fs::remove_file(&photo_path);
     }
-    let report = report?;
+    let (report, ladder) = report?;
     println!("board: {}", report.board);
     for line in report.lines() {
         println!("{line}");
@@ -481,6 +514,14 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
             "recommended for this board (in /etc/cutout/cutout.toml):\nmodel = \"{model}\"\nengine = \"{engine}\""
         ),
         None => println!("no general model fits this board's memory with room to spare"),
+    }
+    if let Some(measured) = &report.ladder {
+        for row in &measured.rows {
+            println!("{}", row.line());
+        }
+    }
+    for line in ladder {
+        println!("{line}");
     }
     report
         .save(&settings.data_dir)

@@ -67,6 +67,7 @@ pub struct Settings {
     pub board: Option<BoardFound>,
     /// Why the engine is not the configured one, when it is not.
     pub engine_note: Option<String>,
+    pub pipeline: PipelineSettings,
 }
 
 const DEFAULT_UPLOAD_BUFFER_MIB: u64 = 160;
@@ -231,7 +232,34 @@ pub struct Config {
     pub dashboard: DashboardConfig,
     #[serde(default)]
     pub store: StoreConfig,
+    #[serde(default)]
+    pub pipeline: PipelineConfig,
 }
+
+/// The `[pipeline]` table: how long `type=auto` may take on this board.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Seconds one photo (`bench_photo`) may take: `type=auto` serves the
+    /// best rung the board's measurement puts within it.
+    pub budget_seconds: Option<f64>,
+    /// The photo the board is measured with; absent, a built-in 12 MP one.
+    pub bench_photo: Option<PathBuf>,
+    /// Measure the board in the background the first time the server is
+    /// idle with no measurement in the data directory.
+    pub bench_when_idle: Option<bool>,
+}
+
+/// `[pipeline]` with its defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineSettings {
+    pub budget_seconds: f64,
+    pub bench_photo: Option<PathBuf>,
+    pub bench_when_idle: bool,
+}
+
+/// A booth guest waits for their cut-out at the screen.
+pub const DEFAULT_BUDGET_SECONDS: f64 = 4.0;
 
 /// The `[store]` table: absent, the SQLite file in the data directory.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -407,6 +435,17 @@ impl Config {
                 url: self.store.url.or(lower.store.url),
                 password_file: self.store.password_file.or(lower.store.password_file),
             },
+            pipeline: PipelineConfig {
+                budget_seconds: self
+                    .pipeline
+                    .budget_seconds
+                    .or(lower.pipeline.budget_seconds),
+                bench_photo: self.pipeline.bench_photo.or(lower.pipeline.bench_photo),
+                bench_when_idle: self
+                    .pipeline
+                    .bench_when_idle
+                    .or(lower.pipeline.bench_when_idle),
+            },
         }
     }
 }
@@ -421,6 +460,7 @@ const SECTIONS: &[&str] = &[
     "tls",
     "dashboard",
     "store",
+    "pipeline",
 ];
 
 /// An environment value as TOML if it reads as a number or boolean, else
@@ -428,6 +468,11 @@ const SECTIONS: &[&str] = &[
 fn env_value(raw: &str) -> toml::Value {
     if let Ok(n) = raw.parse::<i64>() {
         return toml::Value::Integer(n);
+    }
+    // "4.5", not "inf" or "1e3": those stay strings.
+    let decimal = raw.chars().all(|c| c.is_ascii_digit() || c == '.');
+    if let (true, Ok(x)) = (decimal, raw.parse::<f64>()) {
+        return toml::Value::Float(x);
     }
     match raw {
         "true" => toml::Value::Boolean(true),
@@ -492,6 +537,20 @@ impl Settings {
                 "tls.plain_http = false needs tls.listen: nothing would be served".into(),
             ));
         }
+        let budget_seconds = config
+            .pipeline
+            .budget_seconds
+            .unwrap_or(DEFAULT_BUDGET_SECONDS);
+        if !(budget_seconds > 0.0 && budget_seconds.is_finite()) {
+            return Err(ConfigError::Invalid(
+                "pipeline.budget_seconds must be a number of seconds over 0".into(),
+            ));
+        }
+        let pipeline = PipelineSettings {
+            budget_seconds,
+            bench_photo: config.pipeline.bench_photo,
+            bench_when_idle: config.pipeline.bench_when_idle.unwrap_or(true),
+        };
         let store = config.store;
         if let Some(url) = &store.url {
             if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
@@ -555,6 +614,7 @@ impl Settings {
             mdns: config.mdns,
             board: None,
             engine_note: None,
+            pipeline,
         })
     }
 }
@@ -737,6 +797,32 @@ mod tests {
         assert!(error.contains("tls.listen"), "{error}");
         let environment = env(&[("CUTOUT_TLS_LISTEN", "127.0.0.1:8443")]).unwrap();
         assert_eq!(environment.tls.listen.as_deref(), Some("127.0.0.1:8443"));
+    }
+
+    #[test]
+    fn the_time_budget_is_4_seconds_unless_set_and_must_be_positive() {
+        let pipeline = Settings::default().pipeline;
+        assert_eq!(pipeline.budget_seconds, DEFAULT_BUDGET_SECONDS);
+        assert!(pipeline.bench_when_idle && pipeline.bench_photo.is_none());
+        let file = Config::parse_str(
+            "[pipeline]\nbudget_seconds = 6\nbench_photo = \"/srv/booth.jpg\"\nbench_when_idle = false\n",
+        )
+        .unwrap();
+        let set = Settings::from_config(file.clone()).unwrap().pipeline;
+        assert_eq!(set.budget_seconds, 6.0);
+        assert_eq!(set.bench_photo, Some(PathBuf::from("/srv/booth.jpg")));
+        assert!(!set.bench_when_idle);
+        let over = env(&[("CUTOUT_PIPELINE_BUDGET_SECONDS", "2.5")]).unwrap();
+        let both = Settings::from_config(over.over(file)).unwrap().pipeline;
+        assert_eq!(both.budget_seconds, 2.5);
+        for bad in ["0", "-1", "nan"] {
+            let config = Config::parse_str(&format!("[pipeline]\nbudget_seconds = {bad}\n"));
+            let refused = config.map(|c| Settings::from_config(c).is_err());
+            assert!(refused.unwrap_or(true), "{bad}");
+        }
+        // Not a number: named.
+        let error = env(&[("CUTOUT_PIPELINE_BUDGET_SECONDS", "inf")]).unwrap_err();
+        assert!(error.to_string().contains("CUTOUT_PIPELINE_BUDGET_SECONDS"));
     }
 
     #[test]

@@ -1,16 +1,20 @@
 //! The appliance's start-up: the app served over HTTP, and what watches it
 //! and tells the world (the status LED, DNS-SD, systemd, signals).
 
-use crate::app::EngineSource;
+use crate::app::{AppState, EngineSource};
+use crate::bench;
+use crate::board::{Board, Report};
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::discovery;
 use crate::domain::AccountName;
 use crate::http::App;
-use crate::led::{Led, NoLight};
+use crate::led::{self, Led, NoLight};
+use crate::pipeline;
 use crate::store::Store;
 use crate::systemd::{self, Notifier};
 use anyhow::Result;
+use std::time::{Duration, Instant};
 
 /// Serves until SIGTERM or SIGINT: the app over HTTP, with the status LED,
 /// the DNS-SD announcement and systemd's notifications and watchdog around
@@ -31,7 +35,14 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
             settings.engine.kind
         );
     }
+    let ladder_settings = settings.clone();
     let app = App::build(settings, EngineSource::Load, Clock::default())?;
+    let report = Report::load(&ladder_settings.data_dir);
+    let measured = serve_best_rung(&app.state(), &ladder_settings, report.as_ref());
+    let measuring = (ladder_settings.pipeline.bench_when_idle && !measured).then(|| {
+        let state = app.state();
+        std::thread::spawn(move || measure_when_idle(&state, &ladder_settings))
+    });
     let light = led_config.open().unwrap_or_else(|why| {
         log::error!("{why}; running without a status LED");
         Box::new(NoLight)
@@ -92,9 +103,119 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
         }
     });
     app.run();
+    // A measurement still running is stopped (`is_stopping`) with its child.
+    if let Some(measuring) = measuring {
+        let _ = measuring.join();
+    }
     led.stop();
     log::info!("stopped");
     Ok(())
+}
+
+/// Serves `type=auto` with the best rung within the budget by `report`'s
+/// measurement of this board, or the paper estimate without one; says so
+/// in the log and on the Status page. Whether it was measured.
+fn serve_best_rung(state: &AppState, settings: &Settings, report: Option<&Report>) -> bool {
+    let engine = settings.engine.kind;
+    let ladder = bench::ladder_for(report, &state.pipeline, engine);
+    let board = Board::detect();
+    let rungs = bench::rung_seconds(&state.pipeline, engine, ladder, &board.name);
+    let budget = settings.pipeline.budget_seconds;
+    let choice = pipeline::ladder::choose(&rungs, budget);
+    state.pipeline.serve(choice.rung);
+    let lines = bench::describe_choice(&state.pipeline, &choice, budget);
+    for line in &lines {
+        log::info!("{line}");
+    }
+    *state.ladder.lock().unwrap_or_else(|p| p.into_inner()) = lines;
+    ladder.is_some()
+}
+
+/// How long the server must be idle before it measures its board.
+const IDLE_BEFORE_MEASURING: Duration = Duration::from_secs(10);
+
+/// Once the server has been idle a while, times each rung on this board
+/// (`bench::measure_ladder`, in child processes at the lowest priority,
+/// so requests that come meanwhile go first), saves the report and serves
+/// the best rung that fits. Its progress is on the Status page.
+fn measure_when_idle(state: &AppState, settings: &Settings) {
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        if state.is_stopping() {
+            return;
+        }
+        if state.led_state() == led::State::Idle {
+            if idle_since.get_or_insert_with(Instant::now).elapsed() >= IDLE_BEFORE_MEASURING {
+                break;
+            }
+        } else {
+            idle_since = None;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let progress = |line: String| {
+        log::info!("{line}");
+        state
+            .ladder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line);
+    };
+    let photo = match &settings.pipeline.bench_photo {
+        Some(photo) => photo.clone(),
+        None => {
+            let photo = settings.data_dir.join("bench-photo.jpg");
+            if let Err(e) = std::fs::write(&photo, bench::test_photo()) {
+                progress(format!(
+                    "cannot measure this board: writing {}: {e}",
+                    photo.display()
+                ));
+                return;
+            }
+            photo
+        }
+    };
+    let model = state.pipeline.default_model().spec.name.clone();
+    let engine = settings.engine.kind;
+    progress(format!(
+        "measuring this board in the background: type=auto's rungs for {model} on {engine}, cheapest first, with {}",
+        photo.display()
+    ));
+    let measured = bench::measure_ladder(
+        settings,
+        &model,
+        &photo,
+        settings.pipeline.budget_seconds,
+        &|| state.is_stopping(),
+        |row| progress(format!("measured {}", row.line())),
+    );
+    if settings.pipeline.bench_photo.is_none() {
+        let _ = std::fs::remove_file(&photo);
+    }
+    let ladder = match measured {
+        Ok(ladder) => ladder,
+        Err(e) => {
+            progress(format!("measuring this board failed: {e:#}"));
+            return;
+        }
+    };
+    let board = Board::detect();
+    let mut report = Report::load(&settings.data_dir).unwrap_or_else(|| Report {
+        at_unix: state.clock.now_unix(),
+        board: board.describe(),
+        memory_mib: board.memory >> 20,
+        rows: Vec::new(),
+        recommended: None,
+        ladder: None,
+    });
+    report.ladder = Some(ladder);
+    if let Err(e) = report.save(&settings.data_dir) {
+        log::error!(
+            "cannot save the board's measurement in {}: {e}",
+            settings.data_dir.display()
+        );
+    }
+    serve_best_rung(state, settings, Some(&report));
 }
 
 fn print_demo_key(store: &dyn Store, addr: std::net::SocketAddr) -> Result<()> {

@@ -57,6 +57,9 @@ pub struct AppState {
     pub engine_note: Option<String>,
     /// Where `cutout bench` leaves its report.
     pub data_dir: PathBuf,
+    /// What `type=auto` serves and why, and the board's measurement while
+    /// it runs: lines for the Status page, kept by whoever chooses.
+    pub ladder: Mutex<Vec<String>>,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
 }
@@ -179,6 +182,7 @@ impl AppState {
                 .map(|board| format!("{}; so by default {}", board.description, board.defaults)),
             engine_note: settings.engine_note.clone(),
             data_dir: settings.data_dir.clone(),
+            ladder: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });

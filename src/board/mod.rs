@@ -10,7 +10,7 @@ use std::path::Path;
 
 mod report;
 
-pub use report::{Measurement, Report, Row, REPORT_FILE};
+pub use report::{LadderReport, Measurement, Report, Row, RungRow, REPORT_FILE};
 
 /// What the defaults are chosen from.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,6 +14,53 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// `model`, `engine`; `None` where nothing general fits.
     pub recommended: Option<(String, String)>,
+    /// `type=auto`'s rungs for the configuration that serves.
+    #[serde(default)]
+    pub ladder: Option<LadderReport>,
+}
+
+/// Each rung of `type=auto` timed on this board, cheapest first, for one
+/// model and engine: every view of the rung runs (the most a photo can
+/// cost), twice, and the faster run counts (the first plans the sizes).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LadderReport {
+    pub model: String,
+    pub engine: String,
+    /// The photo measured with.
+    pub photo: String,
+    pub rows: Vec<RungRow>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RungRow {
+    /// Its name (`pipeline::Rung`).
+    pub rung: String,
+    pub outcome: Measurement,
+}
+
+impl LadderReport {
+    /// The seconds measured for `rung`, if it was.
+    pub fn seconds(&self, rung: &str) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|row| row.rung == rung)
+            .and_then(|row| match row.outcome {
+                Measurement::Measured { seconds, .. } => Some(seconds),
+                Measurement::Not(_) => None,
+            })
+    }
+}
+
+impl RungRow {
+    pub fn line(&self) -> String {
+        let what = match &self.outcome {
+            Measurement::Measured {
+                seconds, peak_mib, ..
+            } => format!("{seconds:.2} s per photo at most, peak {peak_mib} MiB"),
+            Measurement::Not(why) => format!("not measured: {why}"),
+        };
+        format!("type=auto as {}: {what}", self.rung)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

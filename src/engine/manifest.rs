@@ -53,6 +53,11 @@ pub struct ModelSpec {
     /// What each engine loads: `file` as models/prepare.py rewrote it.
     pub prepared: Prepared,
     pub license: String,
+    /// Multiply-adds of one run per input pixel (bench/cost.py).
+    pub macs_per_pixel: u64,
+    /// Its mattes' error against the peers' (`make eval`).
+    #[serde(default)]
+    pub dev_mae: Option<DevMae>,
     pub input: InputSpec,
     /// `input` on tract, where tract's file runs at another geometry.
     #[serde(default)]
@@ -92,6 +97,15 @@ pub struct ModelSpec {
     /// model picks this one instead when it is the configured model.
     #[serde(default)]
     pub variant_of: Option<String>,
+}
+
+/// The mean over the four dev sets of its MAE over the best peer's
+/// (`make eval`): alone, and as `type=auto` serves it where that is more.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevMae {
+    pub alone: f64,
+    pub auto: Option<f64>,
 }
 
 /// The resampling filter a photo is shrunk to a model's input with.
@@ -151,6 +165,11 @@ pub struct Blend {
     pub levels: [f32; 2],
     pub doubt: Option<Doubt>,
     pub agree: Option<Agree>,
+    /// `inputs` run only where the first view's silhouette agrees with a
+    /// blended model's on under this (pipeline/views.rs,
+    /// `more_views_wanted`); elsewhere the first view counts in their place.
+    #[serde(default)]
+    pub more_views_below: Option<f64>,
 }
 
 /// When `type=auto` asks the person model (pipeline/views.rs): where over

@@ -195,6 +195,8 @@ pub struct StatusView {
     pub engine_note: Option<String>,
     /// `cutout bench`'s last report.
     pub bench: Option<crate::board::Report>,
+    /// What `type=auto` serves, why, and what a larger budget would buy.
+    pub ladder: Vec<String>,
 }
 
 pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
@@ -236,15 +238,26 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
                     None => "off (set [tls] listen in cutout.toml)",
                 }
             }
+            @if !s.ladder.is_empty() {
+                dt { "type=auto" }
+                dd.ladder { ul { @for line in &s.ladder { li { (line) } } } }
+            }
             dt { "Benchmark" }
             dd {
                 @match &s.bench {
                     Some(report) => {
                         "last run " (crate::domain::utc_datetime(report.at_unix)) " UTC on " (report.board) ":"
-                        ul.bench { @for line in report.lines() { li { (line) } } }
-                        @match &report.recommended {
-                            Some((model, engine)) => { "Recommended: " code { "model = \"" (model) "\"" } ", " code { "engine = \"" (engine) "\"" } }
-                            None => "No general model fits this board with room to spare.",
+                        ul.bench {
+                            @for line in report.lines() { li { (line) } }
+                            @if let Some(ladder) = &report.ladder {
+                                @for row in &ladder.rows { li { (row.line()) } }
+                            }
+                        }
+                        @if !report.rows.is_empty() {
+                            @match &report.recommended {
+                                Some((model, engine)) => { "Recommended: " code { "model = \"" (model) "\"" } ", " code { "engine = \"" (engine) "\"" } }
+                                None => "No general model fits this board with room to spare.",
+                            }
                         }
                     }
                     None => { "not run yet: " code { "sudo -u cutout cutout --config /etc/cutout/cutout.toml bench" } " times each installed model on this board" }

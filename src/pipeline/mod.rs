@@ -4,10 +4,12 @@
 //! back-pressure is `queue`; decoded photos' memory is reused through
 //! `spare`.
 
+pub mod ladder;
 mod queue;
 mod spare;
 mod views;
 
+pub use ladder::Rung;
 pub use queue::{Place, WorkQueue};
 
 use crate::domain::{SizeMode, SubjectType};
@@ -24,6 +26,7 @@ use crate::imaging::{self, Background, DecodeError, Finish, FinishError, Geometr
 use image::DynamicImage;
 use spare::SparePixels;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -96,6 +99,11 @@ pub struct Pipeline {
     spare_pixels: SparePixels,
     /// The most pixels a photo may decode to.
     max_pixels: u64,
+    /// The rung of `Rung::ALL` that `type=auto` serves.
+    serving: AtomicUsize,
+    /// Every view of `type=auto` runs, whatever the first says: the bench
+    /// times the most a photo can cost.
+    every_view: bool,
 }
 
 impl Pipeline {
@@ -137,9 +145,16 @@ impl Pipeline {
             queue: WorkQueue::new(holding_pixels, queue_capacity, upload_buffer),
             spare_pixels: SparePixels::new(holding_pixels),
             max_pixels: crate::error::MAX_PIXELS_DECODED,
+            serving: AtomicUsize::new(0),
+            every_view: false,
         }
     }
 
+    /// Runs every view of `type=auto` on every photo (`cutout bench`).
+    pub fn with_every_view(mut self) -> Pipeline {
+        self.every_view = true;
+        self
+    }
     /// Refuses photos of more than `max_pixels` (`image_too_large`): fewer
     /// than the API's 50 million where the board's memory is small.
     pub fn with_max_pixels(mut self, max_pixels: u64) -> Pipeline {
@@ -236,10 +251,6 @@ impl Pipeline {
             let size = (view_input.width(), view_input.height());
             Ok::<_, ApiError>(imaging::resize_gray(&matte, size, grid))
         };
-        let mut own = vec![first];
-        for &input in &blend.inputs {
-            own.push(view(model, input, watch)?);
-        }
         let mut made_by = model.spec.name.clone();
         let mut others = Vec::new();
         for other in self.blended.iter().map(|&i| &self.models[i]) {
@@ -251,6 +262,19 @@ impl Pipeline {
             made_by = format!("{made_by}+{}", other.spec.name);
             others.push(view(other, other.spec.input, watch)?);
         }
+        // The model's other views are dear (IS-Net's squashed view is a
+        // third more work than its first): they run where the first is in
+        // doubt, unless the bench asks for every view.
+        let mut own = vec![first];
+        let more = self.every_view || views::more_views_wanted(blend, &own[0], &others);
+        for &input in &blend.inputs {
+            let view = if more {
+                view(model, input, watch)?
+            } else {
+                own[0].clone()
+            };
+            own.push(view);
+        }
         Ok((views::blend(&own, &others, blend), made_by))
     }
 
@@ -260,15 +284,14 @@ impl Pipeline {
     /// cannot run.
     fn second_opinion(
         &self,
-        subject: SubjectType,
         original: &DynamicImage,
         (first_input, first): (&DynamicImage, &[u8]),
         watch: &mut Stopwatch,
     ) -> Option<(&Model, DynamicImage, Vec<u8>)> {
         // `person` is `auto`'s own model when there is only one.
         let opinion = self.default_model().spec.second_opinion.as_ref();
-        let opinion = opinion.filter(|_| subject == SubjectType::Auto && self.person != 0)?;
-        if !views::worth_asking(opinion, first) {
+        let opinion = opinion.filter(|_| self.person != 0)?;
+        if !self.every_view && !views::worth_asking(opinion, first) {
             return None;
         }
         self.load(SubjectType::Person);
@@ -307,7 +330,16 @@ impl Pipeline {
             return Err(ApiError::ClientGone);
         }
         self.load(subject);
-        let model = self.model(subject);
+        // `type=auto` serves the rung the board's budget allows.
+        let rung = match subject {
+            SubjectType::Auto => self.serving(),
+            _ => Rung::Alone,
+        };
+        let model = match rung {
+            Rung::Fast => &self.models[self.blended[0]],
+            Rung::Views | Rung::Alone => self.model(subject),
+        };
+        let views = subject == SubjectType::Auto && rung == Rung::Views;
         let original = imaging::decode_reusing(bytes, self.spare_pixels.take(), self.max_pixels)?;
         watch.lap("decode");
         let (w, h) = (original.width(), original.height());
@@ -330,8 +362,8 @@ impl Pipeline {
             run_model(model, spec.input, &original, &mut watch, laps, client_gone)?;
         self.settle_trial();
         // The raw matte is kept only for a blend; otherwise it is levelled in place.
-        let blends = subject == SubjectType::Auto && spec.blend.is_some();
-        let mut alone = if blends {
+        let blend = spec.blend.as_ref().filter(|_| views);
+        let mut alone = if blend.is_some() {
             first.clone()
         } else {
             std::mem::take(&mut first)
@@ -339,21 +371,28 @@ impl Pipeline {
         if let Some(levels) = spec.levels {
             apply_levels(&mut alone, levels);
         }
-        // A photo the person model takes is not worth the blend's views.
-        let asked = self.second_opinion(subject, &original, (&model_input, &alone), &mut watch);
-        let (made_by, mut small_matte) = match (asked, &spec.blend, subject) {
-            (Some((person, input, matte)), ..) => {
+        // A photo the person model takes is not worth the blend's views;
+        // the bench runs both, to time the most a photo can cost.
+        let asked = match views {
+            true => self.second_opinion(&original, (&model_input, &alone), &mut watch),
+            false => None,
+        };
+        let blended = match blend {
+            Some(blend) if asked.is_none() || self.every_view => {
+                let first = (&model_input, std::mem::take(&mut first));
+                Some(self.blend(model, blend, &original, first, &mut watch)?)
+            }
+            _ => None,
+        };
+        let (made_by, mut small_matte) = match (asked, blended) {
+            (Some((person, input, matte)), _) => {
                 model_input = input;
                 (person.spec.name.clone(), matte)
             }
-            (None, Some(blend), SubjectType::Auto) => {
-                let first = (&model_input, std::mem::take(&mut first));
-                let (matte, made_by) = self.blend(model, blend, &original, first, &mut watch)?;
-                (made_by, matte)
-            }
-            (None, ..) => (spec.name.clone(), alone),
+            (None, Some((matte, made_by))) => (made_by, matte),
+            (None, None) => (spec.name.clone(), alone),
         };
-        if let (Some(smallest), SubjectType::Auto) = (spec.smallest_part, subject) {
+        if let (Some(smallest), true) = (spec.smallest_part, views) {
             imaging::keep_main_parts(&mut small_matte, model_input.width() as usize, smallest);
         }
         let kept = if (out_w, out_h) == (w, h) {
@@ -484,6 +523,7 @@ impl From<DecodeError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     /// Answers every run with `value`, or `square` on a square input.
     struct Fill {
@@ -631,6 +671,113 @@ mod tests {
         // IS-Net's views, 0.7, see a subject: they count, (0.7 + 0.7 + 0)
         // / 3 = 0.467 on the right.
         assert!(alpha_at(300, 0.7).abs_diff(149) <= 2);
+    }
+
+    /// `inner`, counting its runs.
+    struct Counted<E> {
+        inner: E,
+        runs: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl<E: engine::Engine> engine::Engine for Counted<E> {
+        fn name(&self) -> &'static str {
+            "counted"
+        }
+
+        fn run(&self, input: Vec<f32>, width: u32, height: u32) -> anyhow::Result<Vec<f32>> {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            self.inner.run(input, width, height)
+        }
+    }
+
+    #[test]
+    fn auto_runs_the_squashed_view_only_where_the_first_and_u2netp_disagree() {
+        // IS-Net: the left half at the photo's aspect, nothing squashed.
+        let isnet_runs = |pipeline: Pipeline, u2netp_edge: f32| {
+            let runs = std::sync::Arc::new(AtomicUsize::new(0));
+            let inner = Columns {
+                square: 0.0,
+                other: 0.5,
+            };
+            let counted = Counted {
+                inner,
+                runs: runs.clone(),
+            };
+            set_engine(&pipeline, 0, counted);
+            let u2netp = Columns {
+                square: u2netp_edge,
+                other: u2netp_edge,
+            };
+            set_engine(&pipeline, 1, u2netp);
+            let (model, ..) = cut_black_photo(&pipeline, SubjectType::Auto);
+            assert_eq!(model, "isnet+u2netp");
+            runs.load(Ordering::SeqCst)
+        };
+        // U2NetP's left half agrees with the first view: not run.
+        assert_eq!(isnet_runs(isnet_blending_u2netp(), 0.5), 1);
+        // Its left 0.6 agrees on 0.83 of it: in doubt, run.
+        assert_eq!(isnet_runs(isnet_blending_u2netp(), 0.6), 2);
+        // The bench runs every view.
+        let every_view = isnet_blending_u2netp().with_every_view();
+        assert_eq!(isnet_runs(every_view, 0.5), 2);
+    }
+
+    #[test]
+    fn auto_serves_the_rung_it_is_told_and_the_other_types_are_unchanged() {
+        let pipeline = isnet_blending_u2netp();
+        assert_eq!(pipeline.rungs(), [Rung::Views, Rung::Alone, Rung::Fast]);
+        set_engine(
+            &pipeline,
+            0,
+            Fill {
+                value: 0.4,
+                square: 0.4,
+            },
+        );
+        let left_half = Columns {
+            square: 0.5,
+            other: 0.5,
+        };
+        set_engine(&pipeline, 1, left_half);
+        let cut_out = |subject| {
+            let (model, alpha, laps) = cut_black_photo(&pipeline, subject);
+            (model, alpha.get_pixel(100, 150).0[0], laps)
+        };
+        assert_eq!(cut_out(SubjectType::Auto).0, "isnet+u2netp");
+        pipeline.serve(Rung::Alone);
+        let (model, alpha, laps) = cut_out(SubjectType::Auto);
+        assert_eq!(model, "isnet");
+        // 0.4 levelled by IS-Net's own [0.1, 0.7], as `type=general`.
+        assert!(alpha.abs_diff(128) <= 1, "{alpha}");
+        assert_eq!(laps, ["queue", "decode", "prepare", "model", "compose"]);
+        pipeline.serve(Rung::Fast);
+        let (model, alpha, laps) = cut_out(SubjectType::Auto);
+        assert_eq!((model.as_str(), alpha), ("u2netp", 255));
+        assert_eq!(laps, ["queue", "decode", "prepare", "model", "compose"]);
+        assert_eq!(cut_out(SubjectType::General).0, "isnet");
+        // A model alone has one rung.
+        let manifest = crate::engine::Manifest::builtin();
+        let u2netp = manifest.require(Some("u2netp")).unwrap().clone();
+        let alone = Pipeline::new(Models::one(u2netp), None, 1, 0, u64::MAX);
+        assert_eq!(alone.rungs(), [Rung::Views]);
+    }
+
+    #[test]
+    fn a_rungs_cost_is_every_run_it_may_make() {
+        let pipeline = isnet_blending_u2netp();
+        // IS-Net at 1024x768 and squashed to 1024x1024, U2NetP at 256x256
+        // (the pipeline's `person` is IS-Net itself: no second opinion).
+        let (isnet, u2netp) = (152_208u64, 192_931u64);
+        let views = isnet * (1024 * 768 + 1024 * 1024) + u2netp * 256 * 256;
+        assert_eq!(pipeline.rung_macs(Rung::Views, 4000, 3000), (views, 0));
+        assert_eq!(
+            pipeline.rung_macs(Rung::Alone, 4000, 3000),
+            (isnet * 1024 * 768, 0)
+        );
+        assert_eq!(
+            pipeline.rung_macs(Rung::Fast, 854, 480),
+            (u2netp * 256 * 256, 0)
+        );
     }
 
     /// Sure of the left half of any input and of its bottom-right corner

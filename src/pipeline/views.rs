@@ -63,6 +63,19 @@ pub fn blend(own: &[Vec<u8>], others: &[Vec<u8>], blend: &Blend) -> Vec<u8> {
     matte
 }
 
+/// Whether the model's other views (`blend.inputs`) are worth their cost:
+/// where its first view's silhouette agrees with each blended model's on
+/// under `more_views_below` (intersection over union), where it sees no
+/// subject at all, or where no blended model is there to say
+/// (BENCHMARKS.md, "Views where in doubt").
+pub fn more_views_wanted(blend: &Blend, first: &[u8], others: &[Vec<u8>]) -> bool {
+    let Some(below) = blend.more_views_below else {
+        return true;
+    };
+    let sees_nothing = !first.iter().any(|&a| is_subject(a));
+    sees_nothing || others.is_empty() || others.iter().any(|o| silhouettes_agree(first, o) < below)
+}
+
 /// Whether a matte is unsure enough of its subject to ask the person model.
 pub fn worth_asking(opinion: &SecondOpinion, first: &[u8]) -> bool {
     unsure(first) > opinion.ask_when_unsure_over

@@ -794,7 +794,7 @@ fn the_status_page_shows_the_appliance() {
 
 #[test]
 fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() {
-    use cutout::board::{Board, Installed, Measurement, Report, Row};
+    use cutout::board::{Board, Installed, LadderReport, Measurement, Report, Row, RungRow};
     let board = Board {
         name: "Raspberry Pi 4 Model B Rev 1.4".into(),
         memory: 1900 << 20,
@@ -827,6 +827,25 @@ fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() 
             },
         }],
         recommended: Some(("u2netp".into(), "tract".into())),
+        ladder: Some(LadderReport {
+            model: "isnet".into(),
+            engine: "onnxruntime".into(),
+            photo: "bench-photo.jpg".into(),
+            rows: vec![
+                RungRow {
+                    rung: "views".into(),
+                    outcome: Measurement::Not("alone is over the budget already".into()),
+                },
+                RungRow {
+                    rung: "alone".into(),
+                    outcome: Measurement::Measured {
+                        load_seconds: 3.0,
+                        seconds: 9.5,
+                        peak_mib: 700,
+                    },
+                },
+            ],
+        }),
     };
     report.save(app.data_dir()).unwrap();
     let page = app.admin().get("/admin/status").text();
@@ -835,6 +854,8 @@ fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() 
         "ended the process 2 times",
         "u2netp on tract: 2.25 s per 12 MP photo, peak 240 MiB",
         "model = &quot;u2netp&quot;",
+        "type=auto as alone: 9.50 s per photo at most, peak 700 MiB",
+        "type=auto as views: not measured: alone is over the budget already",
         "2026-03-15",
     ] {
         assert!(page.contains(expected), "{expected} in {page}");

@@ -164,6 +164,11 @@ pub(super) fn status_view(cx: &Ctx) -> StatusView {
         board: state.board.clone(),
         engine_note: state.engine_note.clone(),
         bench: crate::board::Report::load(&state.data_dir),
+        ladder: state
+            .ladder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone(),
     }
 }
 
