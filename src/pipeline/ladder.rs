@@ -42,20 +42,17 @@ impl Rung {
 }
 
 impl Pipeline {
-    /// The rungs `type=auto` may serve here, best first: the whole `auto`,
-    /// and where it is more than one model run, its model alone and the
-    /// blend's small model alone.
+    /// The rungs `type=auto` may serve here, best first: where it is
+    /// more than one model run, the whole `auto`, its model alone and the
+    /// blend's small model alone; else its model alone.
     pub fn rungs(&self) -> Vec<Rung> {
         let spec = &self.default_model().spec;
         let several = spec.blend.is_some() || (spec.second_opinion.is_some() && self.person != 0);
-        let mut rungs = vec![Rung::Views];
-        if several {
-            rungs.push(Rung::Alone);
+        match (several, self.blended.is_empty()) {
+            (false, _) => vec![Rung::Alone],
+            (true, true) => vec![Rung::Views, Rung::Alone],
+            (true, false) => vec![Rung::Views, Rung::Alone, Rung::Fast],
         }
-        if several && !self.blended.is_empty() {
-            rungs.push(Rung::Fast);
-        }
-        rungs
     }
 
     /// What `rung` runs here, and its mattes against the peers'.
@@ -67,9 +64,6 @@ impl Pipeline {
         };
         let dev_mae = auto.dev_mae;
         match rung {
-            Rung::Views if self.rungs().len() == 1 => {
-                format!("{}{}", auto.name, quality(dev_mae.map(|d| d.alone)))
-            }
             Rung::Views => {
                 let mut runs = vec![match auto.blend {
                     Some(_) => format!("{}'s views", auto.name),

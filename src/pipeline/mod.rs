@@ -136,7 +136,7 @@ impl Pipeline {
         let person = index(models.person);
         let general = index(models.general);
         let blended = models.blended.into_iter().map(&mut index).collect();
-        Pipeline {
+        let pipeline = Pipeline {
             models: list,
             person,
             general,
@@ -147,7 +147,9 @@ impl Pipeline {
             max_pixels: crate::error::MAX_PIXELS_DECODED,
             serving: AtomicUsize::new(0),
             every_view: false,
-        }
+        };
+        pipeline.serve(pipeline.rungs()[0]);
+        pipeline
     }
 
     /// Runs every view of `type=auto` on every photo (`cutout bench`).
@@ -759,7 +761,8 @@ mod tests {
         let manifest = crate::engine::Manifest::builtin();
         let u2netp = manifest.require(Some("u2netp")).unwrap().clone();
         let alone = Pipeline::new(Models::one(u2netp), None, 1, 0, u64::MAX);
-        assert_eq!(alone.rungs(), [Rung::Views]);
+        assert_eq!(alone.rungs(), [Rung::Alone]);
+        assert_eq!(alone.serving(), Rung::Alone);
     }
 
     #[test]

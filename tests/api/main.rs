@@ -13,6 +13,7 @@ mod errors;
 mod fleet;
 mod formats;
 mod hostile;
+mod ladder;
 mod limits;
 mod metrics;
 mod model;

@@ -33,6 +33,7 @@ impl Service {
             .env("NOTIFY_SOCKET", &socket)
             .env("WATCHDOG_USEC", "400000")
             .env("CUTOUT_MDNS_ENABLED", "false")
+            .env("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "false")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -82,6 +82,8 @@ impl Server {
             .args(extra)
             .env("NOTIFY_SOCKET", &socket)
             .env("CUTOUT_MDNS_ENABLED", "false")
+            // No board measurement in the background, unless a test asks.
+            .env("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "false")
             .env("RUST_LOG", rust_log)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::null())

@@ -1,0 +1,94 @@
+//! The server measures its board when first idle (`pipeline.bench_when_idle`)
+//! and serves `type=auto` with the rung that fits the time budget.
+
+use crate::helpers::*;
+use std::time::{Duration, Instant};
+
+/// The processes whose command line holds `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &u32| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+fn start_measuring(data: &std::path::Path, photo: Option<&std::path::Path>) -> Server {
+    let mut env = vec![("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "true".to_owned())];
+    if let Some(photo) = photo {
+        env.push(("CUTOUT_PIPELINE_BENCH_PHOTO", photo.display().to_string()));
+    }
+    Server::start_with(data, &models_dir(), "info", &[], &env)
+}
+
+#[test]
+fn a_server_measures_its_board_once_idle_then_serves_the_rung_that_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let photo = dir.path().join("booth.jpg");
+    std::fs::write(&photo, jpeg(640, 480)).unwrap();
+    let key = cli_account(&data, "booth", "business");
+    let server = start_measuring(&data, Some(&photo));
+    // Nothing is known of this CPU: its one rung, unmeasured.
+    let log = server.log_once_it_says("type=auto serves alone (u2netp alone");
+    assert!(log.contains("its time here not known yet"), "{log}");
+    let log = server.log_once_it_says("measured on this board");
+    let measuring = log.find("measuring this board in the background").unwrap();
+    assert!(log[measuring..].contains(&photo.display().to_string()));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("bench.json")).unwrap()).unwrap();
+    let ladder = &report["ladder"];
+    assert_eq!(ladder["model"], "u2netp");
+    let rows = ladder["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(rows[0]["rung"], "alone");
+    let measured = &rows[0]["outcome"]["measured"];
+    assert!(measured["seconds"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(measured["peak_mib"].as_u64().unwrap() > 50, "{report}");
+    // The photo is the operator's: kept.
+    assert!(photo.exists());
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(64, 48));
+    assert_eq!(post_form(server.addr, Some(&key), &form).status, 200);
+
+    // Measured once: a restart does not measure again.
+    drop(server);
+    let server = start_measuring(&data, Some(&photo));
+    let log = server.log_once_it_says("type=auto serves alone");
+    assert!(log.contains("s a photo, measured on this board"), "{log}");
+    std::thread::sleep(Duration::from_secs(12));
+    assert!(!server
+        .log_once_it_says("type=auto serves")
+        .contains("measuring this board"));
+}
+
+#[test]
+fn a_server_that_stops_while_it_measures_stops_the_measurement() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The built-in 12 MP photo, written to the data directory.
+    let mut server = start_measuring(&data, None);
+    server.log_once_it_says("measuring this board in the background");
+    let marker = data.display().to_string();
+    wait_until("the measurement runs", || {
+        processes_with(&marker)
+            .iter()
+            .any(|&pid| pid != server.child.id())
+    });
+    let stopped = Instant::now();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status();
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(stopped.elapsed() < Duration::from_secs(10));
+    wait_until("its child is gone", || processes_with(&marker).is_empty());
+    assert!(!data.join("bench.json").exists());
+    assert!(
+        !data.join("bench-photo.jpg").exists(),
+        "the photo it wrote is removed"
+    );
+}
