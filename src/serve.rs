@@ -187,7 +187,7 @@ fn measure_when_idle(state: &AppState, settings: &Settings) {
         &photo,
         settings.pipeline.budget_seconds,
         &|| state.is_stopping(),
-        |row| progress(format!("measured {}", row.line())),
+        |row| progress(row.line()),
     );
     if settings.pipeline.bench_photo.is_none() {
         let _ = std::fs::remove_file(&photo);

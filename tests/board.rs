@@ -441,13 +441,7 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
     for board in &BOARDS {
         let requests = [(&paths[0], board.strip_type), (&paths[1], "person")];
         let started = Instant::now();
-        let data = tempfile::tempdir().unwrap();
-        packaged_config(data.path(), &board_models());
-        let key = cli_account(data.path(), "booth", "business");
-        let cgroup = Cgroup::new(board.cpu, board.memory_mib);
-        let mut command = cgroup.command(Path::new("qemu-aarch64-static"));
-        command.args(["-cpu", board.cpu]).arg(board_binary());
-        let server = Served::start(command, data.path(), Duration::from_secs(900));
+        let (server, cgroup, key, data) = emulated(board, &[]);
         let log = server.log();
         let chosen = format!("its defaults: {} on {}", board.model, board.engine);
         assert!(
@@ -523,17 +517,11 @@ fn a_board_measures_its_rungs_when_idle_and_serves_the_best_that_fits() {
     let dir = tempfile::tempdir().unwrap();
     let [strip, portrait] = request_photos(dir.path());
     let started = Instant::now();
-    let data = tempfile::tempdir().unwrap();
-    packaged_config(data.path(), &board_models());
-    let key = cli_account(data.path(), "booth", "business");
-    let cgroup = Cgroup::new(board.cpu, board.memory_mib);
-    let mut command = cgroup.command(Path::new("qemu-aarch64-static"));
-    command
-        .args(["-cpu", board.cpu])
-        .arg(board_binary())
-        .env("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "true")
-        .env("CUTOUT_PIPELINE_BENCH_PHOTO", &strip);
-    let server = Served::start(command, data.path(), Duration::from_secs(900));
+    let env = [
+        ("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "true".as_ref()),
+        ("CUTOUT_PIPELINE_BENCH_PHOTO", strip.as_os_str()),
+    ];
+    let (server, cgroup, key, data) = emulated(board, &env);
     let at_start = server.log_once_it_says("type=auto serves", Duration::from_secs(60));
     let measuring = "measuring this board in the background";
     server.log_once_it_says(measuring, Duration::from_secs(600));
@@ -794,6 +782,23 @@ fn twelve_fifty_megapixel_uploads_at_once_are_served_or_refused_never_oom_killed
 /// The x86 build serving with `board`'s model and engine under its memory
 /// limit (cgroup `name`), and a Business key; the data directory, kept
 /// until the test ends.
+/// The aarch64 binary serving with the packaged configuration and `env`
+/// on `board`'s emulated CPU, in its memory limit; a Business key.
+fn emulated(
+    board: &Board,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (Served, Cgroup, String, tempfile::TempDir) {
+    let data = tempfile::tempdir().unwrap();
+    packaged_config(data.path(), &board_models());
+    let key = cli_account(data.path(), "booth", "business");
+    let cgroup = Cgroup::new(board.cpu, board.memory_mib);
+    let mut command = cgroup.command(Path::new("qemu-aarch64-static"));
+    command.args(["-cpu", board.cpu]).arg(board_binary());
+    command.envs(env.iter().copied());
+    let server = Served::start(command, data.path(), Duration::from_secs(900));
+    (server, cgroup, key, data)
+}
+
 fn native_under(board: &Board, name: &str) -> (Served, Cgroup, String, tempfile::TempDir) {
     let data = tempfile::tempdir().unwrap();
     packaged_config(data.path(), &root().join("models"));
