@@ -145,22 +145,28 @@ pub fn run(
 /// with the photo at `photo`, cheapest first, each in a child process at the lowest CPU
 /// priority (so that requests served meanwhile go first); stops after the
 /// first rung over `budget_seconds`, as the dearer ones cannot fit, or
-/// when `stop` says so. `progress` sees each row as it is done.
+/// when `stop` says so. A rung still running when `time_left` is up is
+/// stopped, and those after it skipped. `progress` sees each row as it is
+/// done.
 pub fn measure_ladder(
     settings: &Settings,
     model: &str,
     photo: &Path,
     budget_seconds: f64,
+    time_left: Duration,
     stop: &dyn Fn() -> bool,
     mut progress: impl FnMut(&RungRow),
 ) -> Result<LadderReport> {
     let pipeline = unloaded_pipeline(settings, Some(model))?;
     let engine = settings.engine.kind;
+    let started = Instant::now();
     let mut rows = Vec::new();
     let mut over: Option<String> = None;
     for rung in pipeline.rungs().into_iter().rev() {
+        let left = time_left.saturating_sub(started.elapsed());
         let outcome = match &over {
             Some(cheaper) => Measurement::Not(format!("{cheaper} is over the budget already")),
+            None if left.is_zero() => Measurement::Not("out of time".into()),
             None => {
                 let child = Child {
                     settings,
@@ -170,7 +176,7 @@ pub fn measure_ladder(
                     rung: Some(rung),
                 };
                 child
-                    .measure(Duration::MAX, stop)
+                    .measure(left, stop)
                     .unwrap_or_else(|e| Measurement::Not(format!("{e:#}")))
             }
         };
@@ -366,10 +372,17 @@ impl Child<'_> {
             if let Some(status) = child.try_wait()? {
                 break status;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) || stop() {
+            let why = if stop() {
+                "stopped, as the server is stopping"
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                "stopped at the end of the time budget"
+            } else {
+                ""
+            };
+            if !why.is_empty() {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("stopped at the end of the time budget");
+                bail!("{why}");
             }
             std::thread::sleep(Duration::from_millis(20));
         };

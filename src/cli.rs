@@ -94,9 +94,9 @@ enum Command {
     /// its peak memory, and recommend a configuration for this board. The
     /// Status page shows the last result.
     Bench {
-        /// The time budget: a measurement still running then is stopped, and
-        /// those not yet started are skipped.
-        #[arg(long, default_value_t = 60)]
+        /// The time budget for all of it: a measurement still running then
+        /// is stopped, and those not yet started are skipped.
+        #[arg(long, default_value_t = 300)]
         seconds: u64,
         /// Also write the 12 MP photo it measures with here (a JPEG).
         #[arg(long)]
@@ -214,7 +214,12 @@ fn settings(cli: &Cli) -> Result<Settings> {
         ..Config::default()
     };
     let config = command_line.over(env.over(file));
-    if !matches!(cli.command, Command::Serve { .. } | Command::Remove { .. }) {
+    // `bench` times `type=auto`'s rungs as `serve` would serve them.
+    let as_served = matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Remove { .. } | Command::Bench { .. }
+    );
+    if !as_served {
         return Ok(Settings::from_config(config)?);
     }
     // What no layer set comes from the board.
@@ -470,16 +475,19 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
     eprintln!(
         "one 12 MP photo per model and engine, within {seconds} s; each runs in a process of its own"
     );
+    let started = std::time::Instant::now();
+    let budget = std::time::Duration::from_secs(seconds);
     let report = bench::run(
         settings,
         now,
-        std::time::Duration::from_secs(seconds),
+        budget,
         &photo_path,
         |row| {
             eprintln!("  {}", row.line());
         },
     )
     .and_then(|mut report| {
+        let time_budget = budget;
         let pipeline = bench::unloaded_pipeline(settings, settings.model.as_deref())?;
         let model = pipeline.default_model().spec.name.clone();
         let engine = settings.engine.kind;
@@ -492,6 +500,7 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
             &model,
             &photo_path,
             budget,
+            time_budget.saturating_sub(started.elapsed()),
             &|| false,
             |row| eprintln!("  {}", row.line()),
         )?;

@@ -186,6 +186,7 @@ fn measure_when_idle(state: &AppState, settings: &Settings) {
         &model,
         &photo,
         settings.pipeline.budget_seconds,
+        Duration::MAX,
         &|| state.is_stopping(),
         |row| progress(row.line()),
     );

@@ -92,3 +92,57 @@ fn a_server_that_stops_while_it_measures_stops_the_measurement() {
         "the photo it wrote is removed"
     );
 }
+
+#[test]
+fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    for file in ["u2netp.onnx", "u2netp.tract.onnx"] {
+        std::os::unix::fs::symlink(models_dir().join(file), models.join(file)).unwrap();
+    }
+    let data = dir.path().join("data");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(&models)
+        .args(["bench", "--seconds", "300"])
+        .env("CUTOUT_MODEL", "u2netp")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("u2netp on tract: "), "{stdout}");
+    assert!(
+        stdout.contains("type=auto as alone: ") && stdout.contains("s per photo at most, peak"),
+        "{stdout}"
+    );
+    // Its one rung serves, measured, whatever its time.
+    assert!(
+        stdout.contains("type=auto serves alone (u2netp alone, mean MAE 1.09x"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("s a photo, measured on this board"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("bench.json")).unwrap()).unwrap();
+    assert_eq!(report["rows"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["ladder"]["rows"][0]["rung"], "alone");
+    assert!(!data.join("bench-photo.jpg").exists());
+
+    // With no time left, nothing is timed, and it says so.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(&models)
+        .args(["bench", "--seconds", "0"])
+        .env("CUTOUT_MODEL", "u2netp")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("type=auto as alone: not measured: out of time"), "{stdout}");
+    assert!(stdout.contains("its time here not known yet"), "{stdout}");
+}
