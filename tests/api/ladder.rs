@@ -124,7 +124,10 @@ fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
         stdout.contains("type=auto serves alone (u2netp alone, mean MAE 1.09x"),
         "{stdout}"
     );
-    assert!(stdout.contains("s a photo, measured on this board"), "{stdout}");
+    assert!(
+        stdout.contains("s a photo, measured on this board"),
+        "{stdout}"
+    );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(data.join("bench.json")).unwrap()).unwrap();
     assert_eq!(report["rows"].as_array().unwrap().len(), 1, "{report}");
@@ -143,6 +146,9 @@ fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert!(stdout.contains("type=auto as alone: not measured: out of time"), "{stdout}");
+    assert!(
+        stdout.contains("type=auto as alone: not measured: out of time"),
+        "{stdout}"
+    );
     assert!(stdout.contains("its time here not known yet"), "{stdout}");
 }
