@@ -186,10 +186,11 @@ binfmt:
 # serves cut-outs with each board's defaults, matched against the x86
 # build's. The binary is the aarch64 test build's: the package's code, its
 # dependencies optimised as in the release build, the crate itself at
-# opt-level 1 (as in every test build). About 10 minutes; needs root and
-# qemu 10.
+# opt-level 1 (as in every test build). The A72 also measures its rungs in
+# the background (a child aarch64 process: binfmt). About 15 minutes; needs
+# root and qemu 10.
 BOARD_MODELS := target/board/models
-test-board: models quantize aarch64-tests
+test-board: models quantize aarch64-tests binfmt
 	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir $(BOARD_MODELS)
 	for f in models/*.tract.onnx models/*.onnxruntime.onnx; do ln -sf $(CURDIR)/$$f $(BOARD_MODELS)/; done
 	TEST_BOARD_BINARY=$(ARM_TESTS)/cutout TEST_BOARD_MODELS=$(BOARD_MODELS) \
