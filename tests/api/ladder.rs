@@ -102,16 +102,19 @@ fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
         std::os::unix::fs::symlink(models_dir().join(file), models.join(file)).unwrap();
     }
     let data = dir.path().join("data");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--models-dir")
-        .arg(&models)
-        .args(["bench", "--seconds", "300"])
-        .env("CUTOUT_MODEL", "u2netp")
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let bench = |seconds: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--models-dir")
+            .arg(&models)
+            .args(["bench", "--seconds", seconds])
+            .env("CUTOUT_MODEL", "u2netp")
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let out = bench("300");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("u2netp on tract: "), "{stdout}");
@@ -135,15 +138,7 @@ fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
     assert!(!data.join("bench-photo.jpg").exists());
 
     // With no time left, nothing is timed, and it says so.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--models-dir")
-        .arg(&models)
-        .args(["bench", "--seconds", "0"])
-        .env("CUTOUT_MODEL", "u2netp")
-        .output()
-        .unwrap();
+    let out = bench("0");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(
