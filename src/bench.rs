@@ -291,15 +291,33 @@ pub fn describe_choice(pipeline: &Pipeline, choice: &Choice, budget_seconds: f64
         seconds(choice.seconds)
     )];
     if let Some((better, better_seconds)) = choice.better {
-        let buys = match better_seconds {
-            Some(s) => format!("a budget of {:.1} s", s.seconds.max(budget_seconds)),
-            None => "a larger budget".to_owned(),
+        let (buys, costs) = match (better_seconds, choice.seconds) {
+            (Some(s), _) => (
+                format!("a budget of {:.1} s", s.seconds.max(budget_seconds)),
+                seconds(better_seconds),
+            ),
+            // Not run, as the rung that serves is over the budget already:
+            // its measurement scaled by their multiply-adds.
+            (None, Some(serving)) if serving.measured => {
+                let macs = |rung| {
+                    let (f32_macs, int8_macs) = pipeline.rung_macs(rung, 4000, 3000);
+                    (f32_macs + int8_macs) as f64
+                };
+                let scaled = serving.seconds * macs(better) / macs(choice.rung);
+                (
+                    format!("a budget of about {scaled:.0} s"),
+                    format!(
+                        "about {scaled:.0} s a photo, {}'s measurement scaled by their multiply-adds",
+                        choice.rung.name()
+                    ),
+                )
+            }
+            (None, _) => ("a larger budget".to_owned(), seconds(None)),
         };
         lines.push(format!(
-            "{buys} would buy {} ({}): {}",
+            "{buys} would buy {} ({}): {costs}",
             better.name(),
             pipeline.describe(better),
-            seconds(better_seconds)
         ));
     }
     lines
@@ -580,6 +598,22 @@ mod tests {
         assert!(lines[0].starts_with("type=auto serves alone"), "{lines:?}");
         assert!(
             lines[1].starts_with("a budget of 5.2 s would buy views"),
+            "{lines:?}"
+        );
+        // Over the budget already at U2NetP: the next rung up was not run.
+        ladder.rows[0].outcome = Measurement::Not("alone is over the budget already".into());
+        ladder.rows[1].outcome = Measurement::Not("fast is over the budget already".into());
+        ladder.rows[2].outcome = measured(5.0);
+        let timed = rung_seconds(&pipeline, EngineKind::Onnxruntime, Some(&ladder), pi4);
+        let choice = ladder::choose(&timed, 4.0);
+        assert_eq!(choice.rung, Rung::Fast);
+        // 5 s x 119.7 / 12.6 GMACs.
+        let lines = describe_choice(&pipeline, &choice, 4.0);
+        assert!(
+            lines[1].starts_with("a budget of about 47 s would buy alone")
+                && lines[1].ends_with(
+                    "about 47 s a photo, fast's measurement scaled by their multiply-adds"
+                ),
             "{lines:?}"
         );
         // Measured for another engine: on paper again.
