@@ -40,11 +40,14 @@ pub fn pairs(models: &[String], onnxruntime: bool) -> Vec<(String, EngineKind)> 
         .collect()
 }
 
+/// The test photo's size: a phone's 12 MP, 4:3; the paper estimate's too.
+const PHOTO_SIZE: (u32, u32) = (4000, 3000);
+
 /// A 12 MP (4000×3000) JPEG just under the API's 10 MB limit: a subject on
 /// a graded background, with grain as a real sensor's, so that decoding
 /// it costs what a phone's photo costs. The same bytes every time.
 pub fn test_photo() -> Vec<u8> {
-    let (w, h) = (4000u32, 3000u32);
+    let (w, h) = PHOTO_SIZE;
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut grain = move || {
         // xorshift64*: enough for grain, no dependency for it.
@@ -227,8 +230,7 @@ pub fn rung_seconds(
     ladder: Option<&LadderReport>,
     board: &str,
 ) -> Vec<(Rung, Option<Seconds>)> {
-    let model = &pipeline.default_model().spec.name;
-    let measured = ladder.filter(|l| l.model == *model && l.engine == engine.to_string());
+    let measured = measured_for(ladder, pipeline, engine);
     let rate = ladder::published_rate(board);
     let slower = match engine {
         EngineKind::Tract => 2.0,
@@ -244,7 +246,8 @@ pub fn rung_seconds(
                     measured: true,
                 }),
                 None => rate.map(|rate| {
-                    let (f32_macs, int8_macs) = pipeline.rung_macs(rung, 4000, 3000);
+                    let (f32_macs, int8_macs) =
+                        pipeline.rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1);
                     Seconds {
                         seconds: slower
                             * (f32_macs as f64 / rate.f32 + int8_macs as f64 / rate.int8),
@@ -257,22 +260,36 @@ pub fn rung_seconds(
         .collect()
 }
 
-/// Whether `ladder` was measured for what serves: the report to act on.
-pub fn ladder_for<'r>(
-    report: Option<&'r Report>,
+/// `ladder` where it was measured for what `pipeline` serves on `engine`.
+pub fn measured_for<'l>(
+    ladder: Option<&'l LadderReport>,
     pipeline: &Pipeline,
     engine: EngineKind,
-) -> Option<&'r LadderReport> {
+) -> Option<&'l LadderReport> {
     let model = &pipeline.default_model().spec.name;
-    report?
-        .ladder
-        .as_ref()
-        .filter(|l| l.model == *model && l.engine == engine.to_string())
+    ladder.filter(|l| l.model == *model && l.engine == engine.to_string())
 }
 
-/// The choice's lines, as `cutout bench` prints them and the Status page
-/// shows them.
-pub fn describe_choice(pipeline: &Pipeline, choice: &Choice, budget_seconds: f64) -> Vec<String> {
+/// The rung `type=auto` serves on this board within `budget_seconds`
+/// (`ladder` measured for it, else the paper estimate for its CPU), and
+/// the lines that say so, as `cutout bench` prints them and the Status
+/// page shows them.
+pub fn best_rung(
+    pipeline: &Pipeline,
+    engine: EngineKind,
+    ladder: Option<&LadderReport>,
+    budget_seconds: f64,
+) -> (Rung, Vec<String>) {
+    let board = Board::detect();
+    let rungs = rung_seconds(pipeline, engine, ladder, &board.name);
+    let choice = ladder::choose(&rungs, budget_seconds);
+    (
+        choice.rung,
+        describe_choice(pipeline, &choice, budget_seconds),
+    )
+}
+
+fn describe_choice(pipeline: &Pipeline, choice: &Choice, budget_seconds: f64) -> Vec<String> {
     let seconds = |s: Option<Seconds>| match s {
         Some(Seconds {
             seconds,
@@ -300,7 +317,8 @@ pub fn describe_choice(pipeline: &Pipeline, choice: &Choice, budget_seconds: f64
             // its measurement scaled by their multiply-adds.
             (None, Some(serving)) if serving.measured => {
                 let macs = |rung| {
-                    let (f32_macs, int8_macs) = pipeline.rung_macs(rung, 4000, 3000);
+                    let (f32_macs, int8_macs) =
+                        pipeline.rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1);
                     (f32_macs + int8_macs) as f64
                 };
                 let scaled = serving.seconds * macs(better) / macs(choice.rung);

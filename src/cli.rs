@@ -487,28 +487,25 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
         },
     )
     .and_then(|mut report| {
-        let time_budget = budget;
         let pipeline = bench::unloaded_pipeline(settings, settings.model.as_deref())?;
         let model = pipeline.default_model().spec.name.clone();
         let engine = settings.engine.kind;
-        let budget = settings.pipeline.budget_seconds;
+        let budget_seconds = settings.pipeline.budget_seconds;
         eprintln!(
-            "type=auto's rungs for {model} on {engine} within the {budget} s budget, cheapest first; every view, the faster of two runs"
+            "type=auto's rungs for {model} on {engine} within the {budget_seconds} s budget, cheapest first; every view, the faster of two runs"
         );
         let ladder = bench::measure_ladder(
             settings,
             &model,
             &photo_path,
-            budget,
-            time_budget.saturating_sub(started.elapsed()),
+            budget_seconds,
+            budget.saturating_sub(started.elapsed()),
             &|| false,
             |row| eprintln!("  {}", row.line()),
         )?;
+        let (_, lines) = bench::best_rung(&pipeline, engine, Some(&ladder), budget_seconds);
         report.ladder = Some(ladder);
-        let board = crate::board::Board::detect();
-        let rungs = bench::rung_seconds(&pipeline, engine, report.ladder.as_ref(), &board.name);
-        let choice = crate::pipeline::ladder::choose(&rungs, budget);
-        Ok((report, bench::describe_choice(&pipeline, &choice, budget)))
+        Ok((report, lines))
     });
     if save_photo.is_none() {
         let _ = std::fs::remove_file(&photo_path);

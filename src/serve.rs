@@ -10,7 +10,6 @@ use crate::discovery;
 use crate::domain::AccountName;
 use crate::http::App;
 use crate::led::{self, Led, NoLight};
-use crate::pipeline;
 use crate::store::Store;
 use crate::systemd::{self, Notifier};
 use anyhow::Result;
@@ -117,13 +116,11 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
 /// in the log and on the Status page. Whether it was measured.
 fn serve_best_rung(state: &AppState, settings: &Settings, report: Option<&Report>) -> bool {
     let engine = settings.engine.kind;
-    let ladder = bench::ladder_for(report, &state.pipeline, engine);
-    let board = Board::detect();
-    let rungs = bench::rung_seconds(&state.pipeline, engine, ladder, &board.name);
+    let ladder = report.and_then(|r| r.ladder.as_ref());
+    let ladder = bench::measured_for(ladder, &state.pipeline, engine);
     let budget = settings.pipeline.budget_seconds;
-    let choice = pipeline::ladder::choose(&rungs, budget);
-    state.pipeline.serve(choice.rung);
-    let lines = bench::describe_choice(&state.pipeline, &choice, budget);
+    let (rung, lines) = bench::best_rung(&state.pipeline, engine, ladder, budget);
+    state.pipeline.serve(rung);
     for line in &lines {
         log::info!("{line}");
     }
