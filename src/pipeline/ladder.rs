@@ -8,12 +8,10 @@
 use super::Pipeline;
 use crate::engine::preprocess::input_layout;
 use crate::engine::{InputSpec, ModelSpec};
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 
 /// One way to serve `type=auto`, best mattes first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rung {
     /// The configured model's views blended, with the person model's
     /// second opinion where it is unsure: the manifest's whole `type=auto`.
