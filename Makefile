@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: planned-gains test-unit check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: planned-gains test-integrations test-unit check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -94,6 +94,7 @@ test:
 	$(PHASE) test-models $(MAKE) test-models
 	$(PHASE) tiny_http $(MAKE) test-tiny-http
 	$(PHASE) e2e $(MAKE) e2e
+	$(PHASE) integrations $(MAKE) test-integrations
 	$(PHASE) unit-check $(MAKE) unit-check
 	$(PHASE) aarch64-build $(MAKE) aarch64-tests
 	$(PHASE) aarch64 $(MAKE) test-aarch64
@@ -127,6 +128,28 @@ e2e: models
 	cd tests/e2e && npm ci --no-audit --no-fund
 	node tests/e2e/dashboard.mjs target/debug/cutout
 	node tests/e2e/removebg-client.mjs target/debug/cutout
+
+# The booth programs' plugins (integrations/README.md) in the real programs
+# from PyPI, photobooth-app 9.0.0 and pibooth 2.1.1, against the appliance
+# over HTTPS with its fingerprint pinned. Each program has its own venv in
+# target/integrations/, made again when its integrations/*/requirements.txt
+# (exact versions, installed with --no-deps) changes; about 45 s from none.
+# The appliance is TEST_APPLIANCE_BINARY, the test build's binary (`make
+# test` builds it in its build phase; built here only if missing).
+TEST_APPLIANCE_BINARY ?= target/debug/cutout
+test-integrations: models
+	@test -x $(TEST_APPLIANCE_BINARY) || $(CARGO) test --workspace --no-run
+	for program in photobooth-app pibooth; do \
+		venv=target/integrations/$$program; \
+		cmp -s integrations/$$program/requirements.txt $$venv/requirements.txt || { \
+			rm -rf $$venv && python3 -m venv $$venv && \
+			$$venv/bin/pip install -q --disable-pip-version-check --no-deps \
+				-r integrations/$$program/requirements.txt && \
+			cp integrations/$$program/requirements.txt $$venv/; } || exit 1; \
+		$$venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+			--force-reinstall ./integrations/$$program && \
+		TEST_APPLIANCE_BINARY=$(TEST_APPLIANCE_BINARY) $$venv/bin/python integrations/$$program/test_*.py || exit 1; \
+	done
 
 # systemd accepts the unit (with ExecStart pointed at a binary that exists
 # here) and rates its hardening "OK" or better: exposure under 5.0.

@@ -1,0 +1,174 @@
+"""photobooth-app 9 plugin: its background removal runs on a cutout appliance.
+
+photobooth-app removes backgrounds in its media-processing pipeline, in
+`RemovebgStep` (photobooth/services/mediaprocessing/steps/image.py): the step
+asks a model session, kept in that module's `rembg_session`, for the photo's
+matte, and composes the cut-out itself. Its plugin hooks (pluggy) have no
+background-removal hook (the filter hook runs after the background has been
+replaced), so on `start` this plugin hands the step its own session: the
+matte comes from the appliance (`POST /api/remove-bg`, `size=full`,
+`channels=alpha`: the cut-out's alpha at the photo's size, without sending
+its colours back over the LAN), and everything else stays the step's.
+
+On any failure (appliance down, timeout, refused key, another certificate,
+an answer that is not a matte of the photo's size) the matte comes from
+photobooth-app's own model, as without the plugin, and one line is logged.
+
+Settings live in photobooth-app's configuration, as for its own plugins:
+`config/plugin_cutout.json`, edited in the admin UI under this plugin's name.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from urllib.parse import urlsplit
+
+import urllib3
+from PIL import Image
+from pydantic import BaseModel, Field, SecretStr, SerializationInfo, field_serializer
+from pydantic_settings import SettingsConfigDict
+
+from photobooth import CONFIG_PATH
+from photobooth.plugins import hookimpl
+from photobooth.plugins.base_plugin import BasePlugin
+from photobooth.services.config.baseconfig import BaseConfig
+from photobooth.services.config.serializer import contextual_serializer_password
+
+logger = logging.getLogger(__name__)
+
+
+class Appliance(BaseModel):
+    enabled: bool = Field(default=False, description="Remove backgrounds on the cutout appliance instead of on this booth.")
+    base_url: str = Field(default="", description="The appliance's address, e.g. https://photobooth.local:8443")
+    api_key: SecretStr = Field(default=SecretStr(""), description="An API key from the appliance's dashboard.")
+    fingerprint: str = Field(
+        default="",
+        description="SHA-256 fingerprint of the appliance's certificate (`cutout tls fingerprint`), pinned. "
+        "Empty: the certificate is checked against the system's CAs.",
+    )
+    timeout_seconds: float = Field(default=30, description="How long to wait for a cut-out before the booth removes the background itself.")
+
+    @field_serializer("api_key")
+    def contextual_serializer(self, value, info: SerializationInfo):
+        return contextual_serializer_password(value, info)
+
+
+class CutoutConfig(BaseConfig):
+    model_config = SettingsConfigDict(
+        title="Cutout appliance",
+        json_file=f"{CONFIG_PATH}plugin_cutout.json",
+        env_prefix="cutout-",
+    )
+
+    appliance: Appliance = Appliance()
+
+
+class PhotoboothCutout(BasePlugin[CutoutConfig]):
+    def __init__(self):
+        super().__init__()
+        self._config: CutoutConfig = CutoutConfig()
+
+    @hookimpl
+    def start(self):
+        # Imported here, not at the top: photobooth-app imports plugins while
+        # its plugin manager loads, and the steps module asks that manager
+        # for the plugins' filters when it is first imported (after the
+        # configuration, which it imports in a cycle).
+        from photobooth.appconfig import appconfig  # noqa: F401
+        from photobooth.services.mediaprocessing.steps import image as steps
+
+        settings = self._config.appliance
+        if not settings.enabled:
+            logger.info("cutout appliance disabled: backgrounds are removed on this booth")
+            return
+        steps.rembg_session = ApplianceSession(self._config)
+        logger.info(f"backgrounds are removed on the cutout appliance at {settings.base_url}")
+
+    @hookimpl
+    def stop(self):
+        from photobooth.services.mediaprocessing.steps import image as steps
+
+        if isinstance(steps.rembg_session, ApplianceSession):
+            steps.rembg_session = None
+
+
+class ApplianceSession:
+    """What `RemovebgStep` asks for a matte: the appliance's, or else the
+    program's own model's. Named after the model the step is configured
+    with, so the step keeps it."""
+
+    def __init__(self, config: CutoutConfig):
+        self._config = config  # read at each call: the admin UI reloads it in place
+        self._own = None
+
+    def name(self) -> str:
+        from photobooth.appconfig import appconfig
+
+        return appconfig.mediaprocessing.remove_background_model
+
+    def predict(self, img: Image.Image, *args, **kwargs) -> Image.Image:
+        settings = self._config.appliance
+        try:
+            return matte_from_appliance(img, settings)
+        except Exception as exc:
+            logger.warning(f"cutout appliance at {settings.base_url or '(no address set)'} failed ({describe(exc)}): removing the background on this booth with {self.name()}")
+        return self._own_session().predict(img, *args, **kwargs)
+
+    def _own_session(self):
+        from photobooth.utils.rembg.session_factory import new_session
+
+        if self._own is None or self._own.name() != self.name():
+            self._own = new_session(model_name=self.name())
+        return self._own
+
+
+class ApplianceError(Exception):
+    pass
+
+
+def matte_from_appliance(img: Image.Image, settings: Appliance) -> Image.Image:
+    """The appliance's matte of `img`, at `img`'s size, or an exception."""
+    url = urlsplit(settings.base_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ApplianceError(f"the address {settings.base_url!r} is not an http(s) URL")
+    photo = io.BytesIO()
+    img.convert("RGB").save(photo, format="JPEG", quality=95)
+    fields = {"image_file": ("photo.jpg", photo.getvalue(), "image/jpeg"), "size": "full", "channels": "alpha"}
+    timeout = urllib3.Timeout(connect=min(5.0, settings.timeout_seconds), read=settings.timeout_seconds)
+    options = dict(timeout=timeout, retries=False, headers={"X-Api-Key": settings.api_key.get_secret_value()})
+    if url.scheme == "http":
+        pool = urllib3.HTTPConnectionPool(url.hostname, url.port or 80, **options)
+    elif settings.fingerprint:
+        # The appliance's certificate is self-signed: the pin is the check.
+        pool = urllib3.HTTPSConnectionPool(url.hostname, url.port or 443, cert_reqs="CERT_NONE", assert_fingerprint=settings.fingerprint, **options)
+    else:
+        pool = urllib3.HTTPSConnectionPool(url.hostname, url.port or 443, **options)
+    with pool:
+        reply = pool.request("POST", url.path.rstrip("/") + "/api/remove-bg", fields=fields)
+    if reply.status != 200:
+        raise ApplianceError(f"HTTP {reply.status}{error_title(reply.data)}")
+    try:
+        matte = Image.open(io.BytesIO(reply.data))
+        matte.load()
+    except Exception as exc:
+        raise ApplianceError("the answer is not an image") from exc
+    if matte.format != "PNG" or matte.size != img.size:
+        raise ApplianceError(f"the answer is a {matte.format} of {matte.size}, not a PNG of the photo's {img.size}")
+    return matte.convert("L")
+
+
+def error_title(body: bytes) -> str:
+    """`: code, title` from the appliance's JSON error, or nothing."""
+    try:
+        error = json.loads(body)["errors"][0]
+        return f": {error['code']}, {error['title']}"
+    except Exception:
+        return ""
+
+
+def describe(exc: Exception) -> str:
+    # urllib3 puts the cause (refused, timed out, fingerprint) in `reason`.
+    reason = getattr(exc, "reason", None) or exc
+    return f"{type(reason).__name__}: {reason}" if not isinstance(reason, ApplianceError) else str(reason)

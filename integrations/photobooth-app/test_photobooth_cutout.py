@@ -1,0 +1,134 @@
+"""photobooth-app 9.0.0 (from PyPI) with the plugin installed, against a real
+appliance over HTTPS with its fingerprint pinned: photobooth-app's own
+background-removal step, on a real photo, gets the appliance's cut-out at the
+photo's size; when the appliance is down, refuses the key or shows another
+certificate, the step gets photobooth-app's own model's cut-out, and one line
+says why.
+
+The plugin is loaded as photobooth-app loads it (its entry point), started by
+photobooth-app's plugin manager, and its settings changed through
+photobooth-app's configuration service, as the admin UI does.
+
+usage: python test_photobooth_cutout.py   (in a venv: `make test-integrations`)
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from appliance import BINARY, PHOTO, Appliance, NotAnAppliance, free_port, other_fingerprint  # noqa: E402
+
+# photobooth-app keeps config/, media/, userdata/ in its working directory.
+os.chdir(tempfile.mkdtemp(prefix="photobooth-app-"))
+
+from PIL import Image, ImageOps  # noqa: E402
+
+from photobooth.services.configuration import ConfigurationService  # noqa: E402
+from photobooth.services.pluginmanager import PluginManagerService  # noqa: E402
+from photobooth.appconfig import appconfig  # noqa: E402
+from photobooth.services.mediaprocessing.context import ImageContext  # noqa: E402
+from photobooth.services.mediaprocessing.pipeline import Pipeline  # noqa: E402
+from photobooth.services.mediaprocessing.steps import image as steps  # noqa: E402
+from photobooth.utils.rembg.rembg import remove  # noqa: E402
+from photobooth.utils.rembg.session_factory import new_session  # noqa: E402
+
+PLUGIN = "photobooth_cutout"
+
+
+def setUpModule():
+    global appliance, plugins, config, own_alpha
+    appliance = Appliance().__enter__()
+    plugins = PluginManagerService()
+    config = ConfigurationService(plugins)
+    assert PLUGIN in config.list_configurables(), f"the plugin is not loaded: {plugins.list_plugins()}"
+    set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
+    plugins.start()
+    own_alpha = remove(photo(), session=new_session(appconfig.mediaprocessing.remove_background_model)).getchannel("A")
+
+
+def tearDownModule():
+    plugins.stop()
+    appliance.__exit__()
+
+
+def set_appliance(base_url, api_key, fingerprint, timeout=30):
+    settings = {"enabled": True, "base_url": base_url, "api_key": api_key, "fingerprint": fingerprint, "timeout_seconds": timeout}
+    config.validate_and_set_current_and_persist(PLUGIN, {"appliance": settings})
+
+
+def photo() -> Image.Image:
+    with Image.open(PHOTO) as file:
+        image = ImageOps.exif_transpose(file)  # as process_image_inner does before its steps
+    return image
+
+
+def remove_background() -> Image.Image:
+    """The step as process_image_inner runs it when `remove_background` is on."""
+    context = ImageContext(photo(), preview=False)
+    Pipeline[ImageContext](steps.RemovebgStep(model_name=appconfig.mediaprocessing.remove_background_model))(context)
+    return context.image
+
+
+def images_charged() -> str:
+    return subprocess.run([BINARY, "--data-dir", appliance.data_dir, "usage", "booth"], check=True, capture_output=True, text=True).stdout.split(": ")[1].strip()
+
+
+class TheBackgroundRemovalStep(unittest.TestCase):
+    def setUp(self):
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
+        steps.REMOVE_CACHE.clear()  # the step keeps the last cut-outs by the photo's pixels
+
+    def test_gets_the_appliances_cutout_at_the_photos_size(self):
+        before = images_charged()
+        with self.assertNoLogs(PLUGIN, "WARNING"):
+            cutout = remove_background()
+        self.assertEqual(cutout.size, photo().size)
+        self.assertEqual(cutout.mode, "RGBA")
+        alpha = cutout.getchannel("A")
+        self.assertEqual(alpha.getextrema(), (0, 255), "some pixels transparent, some opaque")
+        self.assertGreater(alpha.histogram()[0], 1000, "a real background, not a stray pixel")
+        self.assertGreater(alpha.histogram()[255], 1000, "a real subject")
+        self.assertNotEqual(alpha.tobytes(), own_alpha.tobytes(), "not the booth's own model")
+        self.assertNotEqual(images_charged(), before, "the appliance served it")
+
+    def test_uses_the_booths_own_model_when_the_appliance_is_down(self):
+        set_appliance(f"https://127.0.0.1:{free_port()}", appliance.key, appliance.fingerprint)
+        self.assert_booths_own_cutout("Connection refused")
+
+    def test_uses_the_booths_own_model_when_the_appliance_does_not_answer_in_time(self):
+        with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never answers
+            set_appliance(f"https://127.0.0.1:{silent.getsockname()[1]}", appliance.key, appliance.fingerprint, timeout=1)
+            self.assert_booths_own_cutout("timed out")
+
+    def test_uses_the_booths_own_model_when_the_key_is_refused(self):
+        set_appliance(appliance.https_url, "ck_" + "0" * 40, appliance.fingerprint)
+        self.assert_booths_own_cutout("HTTP 401")
+
+    def test_uses_the_booths_own_model_when_the_certificate_is_not_the_pinned_one(self):
+        before = images_charged()
+        set_appliance(appliance.https_url, appliance.key, other_fingerprint(appliance.fingerprint))
+        self.assert_booths_own_cutout("Fingerprints did not match")
+        self.assertEqual(images_charged(), before, "the photo was not sent")
+
+    def test_uses_the_booths_own_model_when_the_answer_is_not_a_matte(self):
+        with NotAnAppliance() as address:
+            set_appliance(address, appliance.key, "")
+            self.assert_booths_own_cutout("the answer is not an image")
+
+    def assert_booths_own_cutout(self, why: str):
+        with self.assertLogs(PLUGIN, "WARNING") as logs:
+            cutout = remove_background()
+        self.assertEqual(len(logs.records), 1, logs.output)
+        print(f"\n  logged: {logs.output[0]}", end=" ", file=sys.stderr)
+        self.assertIn("removing the background on this booth", logs.output[0])
+        self.assertIn(why, logs.output[0])
+        self.assertEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "photobooth-app's own cut-out")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
