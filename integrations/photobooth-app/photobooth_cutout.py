@@ -5,8 +5,8 @@ photobooth-app removes backgrounds in its media-processing pipeline, in
 asks a model session, kept in that module's `rembg_session`, for the photo's
 matte, and composes the cut-out itself. Its plugin hooks (pluggy) have no
 background-removal hook (the filter hook runs after the background has been
-replaced), so on `start` this plugin hands the step its own session: the
-matte comes from the appliance (`POST /api/remove-bg`, `size=full`,
+replaced), so on `start` this plugin hands the step its own session: when
+enabled, the matte comes from the appliance (`POST /api/remove-bg`, `size=full`,
 `channels=alpha`: the cut-out's alpha at the photo's size, without sending
 its colours back over the LAN), and everything else stays the step's.
 
@@ -79,12 +79,11 @@ class PhotoboothCutout(BasePlugin[CutoutConfig]):
         from photobooth.appconfig import appconfig  # noqa: F401
         from photobooth.services.mediaprocessing.steps import image as steps
 
-        settings = self._config.appliance
-        if not settings.enabled:
-            logger.info("cutout appliance disabled: backgrounds are removed on this booth")
-            return
+        # Installed even when disabled, so that enabling it in the admin UI
+        # takes effect at the next photo.
         steps.rembg_session = ApplianceSession(self._config)
-        logger.info(f"backgrounds are removed on the cutout appliance at {settings.base_url}")
+        settings = self._config.appliance
+        logger.info(f"background removal: {'the cutout appliance at ' + settings.base_url if settings.enabled else 'this booth (cutout appliance disabled)'}")
 
     @hookimpl
     def stop(self):
@@ -110,6 +109,8 @@ class ApplianceSession:
 
     def predict(self, img: Image.Image, *args, **kwargs) -> Image.Image:
         settings = self._config.appliance
+        if not settings.enabled:
+            return self._own_session().predict(img, *args, **kwargs)
         try:
             return matte_from_appliance(img, settings)
         except Exception as exc:
@@ -154,9 +155,9 @@ def matte_from_appliance(img: Image.Image, settings: Appliance) -> Image.Image:
         matte.load()
     except Exception as exc:
         raise ApplianceError("the answer is not an image") from exc
-    if matte.format != "PNG" or matte.size != img.size:
-        raise ApplianceError(f"the answer is a {matte.format} of {matte.size}, not a PNG of the photo's {img.size}")
-    return matte.convert("L")
+    if matte.format != "PNG" or matte.mode != "L" or matte.size != img.size:
+        raise ApplianceError(f"the answer is a {matte.mode} {matte.format} of {matte.size}, not a grey PNG of the photo's {img.size}")
+    return matte
 
 
 def error_title(body: bytes) -> str:

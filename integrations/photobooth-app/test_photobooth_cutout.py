@@ -56,8 +56,8 @@ def tearDownModule():
     appliance.__exit__()
 
 
-def set_appliance(base_url, api_key, fingerprint, timeout=30):
-    settings = {"enabled": True, "base_url": base_url, "api_key": api_key, "fingerprint": fingerprint, "timeout_seconds": timeout}
+def set_appliance(base_url, api_key, fingerprint, timeout=30, enabled=True):
+    settings = {"enabled": enabled, "base_url": base_url, "api_key": api_key, "fingerprint": fingerprint, "timeout_seconds": timeout}
     config.validate_and_set_current_and_persist(PLUGIN, {"appliance": settings})
 
 
@@ -95,6 +95,14 @@ class TheBackgroundRemovalStep(unittest.TestCase):
         self.assertGreater(alpha.histogram()[255], 1000, "a real subject")
         self.assertNotEqual(alpha.tobytes(), own_alpha.tobytes(), "not the booth's own model")
         self.assertNotEqual(images_charged(), before, "the appliance served it")
+
+    def test_uses_the_booths_own_model_when_disabled(self):
+        before = images_charged()
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint, enabled=False)
+        with self.assertNoLogs(PLUGIN, "WARNING"):
+            cutout = remove_background()
+        self.assertEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "photobooth-app's own cut-out")
+        self.assertEqual(images_charged(), before)
 
     def test_uses_the_booths_own_model_when_the_appliance_is_down(self):
         set_appliance(f"https://127.0.0.1:{free_port()}", appliance.key, appliance.fingerprint)
