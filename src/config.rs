@@ -68,6 +68,9 @@ pub struct Settings {
     /// Why the engine is not the configured one, when it is not.
     pub engine_note: Option<String>,
     pub pipeline: PipelineSettings,
+    /// The networks `image_url` and `bg_image_url` may be fetched from;
+    /// empty, neither is fetched.
+    pub fetch_allow: Vec<ipnet::IpNet>,
 }
 
 const DEFAULT_UPLOAD_BUFFER_MIB: u64 = 160;
@@ -234,6 +237,18 @@ pub struct Config {
     pub store: StoreConfig,
     #[serde(default)]
     pub pipeline: PipelineConfig,
+    #[serde(default)]
+    pub fetch: FetchConfig,
+}
+
+/// The `[fetch]` table: where remove.bg's `image_url` and `bg_image_url`
+/// may be fetched from.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchConfig {
+    /// CIDRs (`192.168.1.0/24`, `10.0.0.5/32`, `fd00::/8`); the
+    /// environment's `CUTOUT_FETCH_ALLOW` separates them with commas.
+    pub allow: Option<Vec<String>>,
 }
 
 /// The `[pipeline]` table: how long `type=auto` may take on this board.
@@ -361,8 +376,18 @@ impl Config {
                 .find_map(|s| Some((*s, key.strip_prefix(&format!("{s}_"))?)))
             {
                 Some((section, key)) => {
+                    let value = match LISTS.contains(&format!("{section}_{key}").as_str()) {
+                        true => toml::Value::Array(
+                            raw.split(',')
+                                .map(str::trim)
+                                .filter(|item| !item.is_empty())
+                                .map(|item| toml::Value::String(item.to_owned()))
+                                .collect(),
+                        ),
+                        false => env_value(&raw),
+                    };
                     let mut inner = toml::Table::new();
-                    inner.insert(key.to_owned(), env_value(&raw));
+                    inner.insert(key.to_owned(), value);
                     table.insert(section.to_owned(), toml::Value::Table(inner));
                 }
                 None => {
@@ -446,6 +471,9 @@ impl Config {
                     .bench_when_idle
                     .or(lower.pipeline.bench_when_idle),
             },
+            fetch: FetchConfig {
+                allow: self.fetch.allow.or(lower.fetch.allow),
+            },
         }
     }
 }
@@ -461,7 +489,11 @@ const SECTIONS: &[&str] = &[
     "dashboard",
     "store",
     "pipeline",
+    "fetch",
 ];
+
+/// Keys whose environment variable is a comma-separated list.
+const LISTS: &[&str] = &["dashboard_allowed_hosts", "fetch_allow"];
 
 /// An environment value as TOML if it reads as a number or boolean, else
 /// as a string (so `CUTOUT_LISTEN=0.0.0.0:8080` needs no quotes).
@@ -551,6 +583,19 @@ impl Settings {
             bench_photo: config.pipeline.bench_photo,
             bench_when_idle: config.pipeline.bench_when_idle.unwrap_or(true),
         };
+        let fetch_allow = config
+            .fetch
+            .allow
+            .unwrap_or_default()
+            .iter()
+            .map(|cidr| {
+                cidr.trim().parse::<ipnet::IpNet>().map_err(|_| {
+                    ConfigError::Invalid(format!(
+                        "fetch.allow: {cidr:?} is not a network such as 192.168.1.0/24 or 10.0.0.5/32"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let store = config.store;
         if let Some(url) = &store.url {
             if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
@@ -615,6 +660,7 @@ impl Settings {
             board: None,
             engine_note: None,
             pipeline,
+            fetch_allow,
         })
     }
 }

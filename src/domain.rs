@@ -70,8 +70,9 @@ impl SubjectType {
         match s {
             "auto" => Some(SubjectType::Auto),
             "person" => Some(SubjectType::Person),
-            // remove.bg's product and car: whole objects, IS-Net's work.
-            "general" | "product" | "car" => Some(SubjectType::General),
+            // remove.bg's other kinds: whole objects, IS-Net's work.
+            "general" => Some(SubjectType::General),
+            kind if REMOVE_BG_TYPES.contains(&kind) => Some(SubjectType::General),
             _ => None,
         }
     }
@@ -85,6 +86,7 @@ pub enum OptionField {
     Format,
     BgColor,
     BgImageFile,
+    BgImageUrl,
     Crop,
     CropMargin,
     Roi,
@@ -93,10 +95,11 @@ pub enum OptionField {
 }
 
 impl OptionField {
-    pub const ALL: [OptionField; 8] = [
+    pub const ALL: [OptionField; 9] = [
         OptionField::Format,
         OptionField::BgColor,
         OptionField::BgImageFile,
+        OptionField::BgImageUrl,
         OptionField::Crop,
         OptionField::CropMargin,
         OptionField::Roi,
@@ -117,8 +120,9 @@ impl OptionField {
     fn describe(self) -> (&'static str, &'static str) {
         match self {
             OptionField::Format => ("format", "png (the default), jpg, webp (lossless), zip (color.jpg, the colours, and alpha.png, the matte, to compose), or auto: a PNG where the result has transparency, else a JPEG. A JPEG of a cut-out without a background is on white."),
-            OptionField::BgColor => ("bg_color", "A colour behind the subject: hex with or without # (81d4fa, fff, 81d4fa80 with alpha) or a CSS colour name (green). Not with bg_image_file."),
+            OptionField::BgColor => ("bg_color", "A colour behind the subject: hex with or without # (81d4fa, fff, 81d4fa80 with alpha) or a CSS colour name (green). Not with bg_image_file or bg_image_url."),
             OptionField::BgImageFile => ("bg_image_file", "An image behind the subject, a second file part (JPG, PNG or WEBP, at most 25 megapixels; the whole body stays within its limit): scaled to cover the result and cut to it, centred, never stretched."),
+            OptionField::BgImageUrl => ("bg_image_url", "The URL (http or https) of such an image instead, fetched by the appliance only from the networks its operator lists in [fetch] allow; see image_url."),
             OptionField::Crop => ("crop", "true: the result is cut to the subject's box (its pixels at least 3% opaque)."),
             OptionField::CropMargin => ("crop_margin", "With crop=true, room around the subject: 1, 2 or 4 lengths in CSS order (top, right, bottom, left), in px or % of the subject's size, at most 500px or 50% a side; past the photo it is transparent."),
             OptionField::Roi => ("roi", "x1 y1 x2 y2 in px of the uploaded photo or % of its size: only what lies inside can be the subject."),
@@ -128,18 +132,31 @@ impl OptionField {
     }
 }
 
-/// Options remove.bg documents that this appliance does not offer, with
-/// the values that ask for what it does anyway (remove.bg's defaults, which
-/// its clients often send): those are taken, any other value is refused by
-/// name, never served as if it were not there. No URL is fetched: an
-/// appliance that fetches what a client names is a way into the LAN.
+/// Options remove.bg documents that change nothing this appliance makes,
+/// with the values taken: remove.bg's defaults, and the values for which
+/// remove.bg itself would change nothing on most photos (`type_level` only
+/// names the kind in `X-Type`, which the appliance does not classify; a
+/// shadow's kind and opacity matter only with `add_shadow=true`). Any
+/// other value is refused by name, never served as if it were not there.
+/// `semitransparency` is `Form`'s own: its `false` is refused only for cars.
 pub const REMOVE_BG_OPTIONS: &[(&str, &[&str])] = &[
-    ("semitransparency", &["true"]),
+    ("type_level", &["none", "1", "2", "latest"]),
     ("add_shadow", &["false"]),
-    ("shadow_type", &[]),
-    ("shadow_opacity", &[]),
-    ("image_url", &[]),
-    ("bg_image_url", &[]),
+    ("shadow_type", &["car", "3D", "drop"]),
+];
+
+/// remove.bg's kinds of subject (its `X-Type` values), each taken as a
+/// `type`: `person` is MODNet's, every other kind IS-Net's.
+pub const REMOVE_BG_TYPES: &[&str] = &[
+    "person",
+    "product",
+    "animal",
+    "car",
+    "car_interior",
+    "car_part",
+    "transportation",
+    "graphics",
+    "other",
 ];
 
 /// An account's name: 1 to 64 of `A-Z a-z 0-9 . _ -`, so it is safe in logs,
@@ -340,6 +357,18 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_remove_bg_reports_is_a_type_person_modnets_the_rest_isnets() {
+        for kind in REMOVE_BG_TYPES {
+            let expected = match *kind {
+                "person" => SubjectType::Person,
+                _ => SubjectType::General,
+            };
+            assert_eq!(SubjectType::parse(kind), Some(expected), "{kind}");
+        }
+        assert_eq!(SubjectType::parse("truck"), None);
+    }
     use proptest::prelude::*;
 
     #[test]

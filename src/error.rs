@@ -3,6 +3,7 @@
 //! status.
 
 pub use crate::domain::OptionField;
+use crate::fetch::FetchError;
 
 /// An API failure as the client sees it. `Internal` and `Unavailable` carry
 /// the cause for the log only; the client gets an opaque detail.
@@ -54,6 +55,12 @@ pub enum ApiError {
     ResolutionTooHigh { width: u32, height: u32 },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// remove.bg's `image_url` or `bg_image_url` (`field`) not fetched.
+    #[error("{field} not fetched: {why}")]
+    Fetch {
+        field: &'static str,
+        why: crate::fetch::FetchError,
+    },
     #[error("request body not received in time")]
     RequestTimeout,
     /// Sent by the HTTP layer itself (vendor/tiny_http, patch 6): the
@@ -85,6 +92,7 @@ fn option_error(field: OptionField) -> (&'static str, &'static str) {
         OptionField::Format => ("invalid_format", "Invalid format"),
         OptionField::BgColor => ("invalid_bg_color", "Invalid bg_color"),
         OptionField::BgImageFile => ("invalid_bg_image_file", "Invalid bg_image_file"),
+        OptionField::BgImageUrl => ("invalid_bg_image_url", "Invalid bg_image_url"),
         OptionField::Crop => ("invalid_crop", "Invalid crop"),
         OptionField::CropMargin => ("invalid_crop_margin", "Invalid crop_margin"),
         OptionField::Roi => ("invalid_roi", "Invalid roi"),
@@ -123,6 +131,15 @@ impl ApiError {
             ImageTooLarge { .. } => ("image_too_large", "Image too large"),
             ResolutionTooHigh { .. } => ("resolution_too_high", "Resolution too high"),
             InvalidRequest(_) => ("invalid_request", "Invalid request"),
+            Fetch {
+                why: FetchError::NoneAllowed,
+                ..
+            } => ("url_fetch_off", "URL fetching off"),
+            Fetch {
+                why: FetchError::Refused { .. },
+                ..
+            } => ("url_not_allowed", "URL not allowed"),
+            Fetch { .. } => ("url_fetch_failed", "URL fetch failed"),
             RequestTimeout => ("request_timeout", "Request timeout"),
             HeaderTooLarge => (
                 "request_header_fields_too_large",
@@ -192,6 +209,13 @@ impl ApiError {
                 "The image is {width}x{height}; size=full allows at most {MAX_PIXELS_OUTPUT} pixels. Use size=auto to scale it down."
             ),
             InvalidRequest(why) => format!("The request is not a valid form: {why}."),
+            Fetch { field, why: FetchError::NoneAllowed } => format!(
+                "{field} asks the appliance to fetch a file, which it does only from the networks its operator lists in the [fetch] allow setting (CUTOUT_FETCH_ALLOW), and none is listed; send the file itself instead."
+            ),
+            Fetch { field, why: why @ FetchError::Refused { .. } } => format!(
+                "{field} was not fetched: {why}; the networks allowed are set in [fetch] allow."
+            ),
+            Fetch { field, why } => format!("{field} could not be fetched: {why}."),
             RequestTimeout => "The request body was not received in time.".into(),
             HeaderTooLarge => {
                 "A request line or header line is over 8 KiB, the whole head over 32 KiB, or there are over 100 headers.".into()

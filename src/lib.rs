@@ -19,6 +19,7 @@ pub mod discovery;
 pub mod domain;
 pub mod engine;
 pub mod error;
+pub mod fetch;
 pub mod http;
 pub mod imaging;
 pub mod led;

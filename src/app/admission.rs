@@ -10,7 +10,7 @@
 
 use super::AppState;
 use crate::domain::{Month, SizeMode, SubjectType};
-use crate::error::ApiError;
+use crate::error::{ApiError, MAX_IMAGE_BYTES};
 use crate::imaging::Finish;
 use crate::pipeline::{CutOut, Place};
 use crate::store::{Caller, Refusal, Slot};
@@ -88,6 +88,14 @@ impl AppState {
 }
 
 impl Admission<'_> {
+    /// The file at `url` (remove.bg's `field`), fetched inside this
+    /// request's slot and held as an upload is; a failed fetch costs nothing.
+    pub fn fetch(&mut self, field: &'static str, url: &str) -> Result<Vec<u8>, ApiError> {
+        self.place.hold_more(MAX_IMAGE_BYTES);
+        crate::fetch::fetch(&self.state.fetch_allow, url, MAX_IMAGE_BYTES)
+            .map_err(|why| ApiError::Fetch { field, why })
+    }
+
     /// Cuts out `image` and, only once that worked, counts it. A client
     /// gone before its model runs costs nothing and no work; one that
     /// leaves while it runs is charged, as remove.bg charges every image

@@ -60,6 +60,8 @@ pub struct AppState {
     /// What `type=auto` serves and why, and the board's measurement while
     /// it runs: lines for the Status page, kept by whoever chooses.
     pub ladder: Mutex<Vec<String>>,
+    /// Where `image_url` and `bg_image_url` may be fetched from.
+    pub fetch_allow: Vec<ipnet::IpNet>,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
 }
@@ -183,6 +185,7 @@ impl AppState {
             engine_note: settings.engine_note.clone(),
             data_dir: settings.data_dir.clone(),
             ladder: Mutex::new(Vec::new()),
+            fetch_allow: settings.fetch_allow.clone(),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });

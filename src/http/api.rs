@@ -5,10 +5,10 @@
 
 use super::form::{read_form, Form, MAX_BODY_BYTES};
 pub use super::options::parse_finish;
-use super::respond::{self, header, Body};
+use super::respond::{self, header, Body, Routes};
 use super::session::header_value;
 use crate::app::{Admission, AppState, Upload};
-use crate::domain::{ApiKey, Channels, Month, SizeMode, SubjectType};
+use crate::domain::{ApiKey, Channels, Month, SizeMode, SubjectType, REMOVE_BG_TYPES};
 use crate::error::ApiError;
 use crate::imaging::Foreground;
 use crate::store::Caller;
@@ -19,7 +19,7 @@ pub struct Outcome {
     pub account: Option<String>,
 }
 
-pub fn remove_bg(state: &AppState, request: &mut Request) -> Outcome {
+pub fn remove_bg(state: &AppState, request: &mut Request, routes: Routes) -> Outcome {
     let mut account = None;
     let response = match handle(state, request, &mut account) {
         Ok(response) => response,
@@ -31,7 +31,7 @@ pub fn remove_bg(state: &AppState, request: &mut Request) -> Outcome {
                 ApiError::Unavailable(why) => log::debug!("remove-bg refused: {why}"),
                 _ => {}
             }
-            respond::error(&e)
+            respond::error_on(&e, routes)
         }
     };
     Outcome { response, account }
@@ -47,13 +47,28 @@ fn handle(
     }
     let caller = authenticate(state, request)?;
     *account_name = Some(caller.account.name.clone());
-    let (admission, mut form) = admit_and_read_form(state, &caller, request)?;
+    let (mut admission, mut form) = admit_and_read_form(state, &caller, request)?;
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
     let channels = parse_channels(form.channels.as_deref())?;
-    let finish = parse_finish(&mut form, channels)?;
+    check_semitransparency(form.semitransparency.as_deref(), form.subject.as_deref())?;
+    check_shadow_opacity(form.shadow_opacity.as_deref())?;
+    let mut finish = parse_finish(&mut form, channels)?;
     let x_type = foreground_type(form.subject.as_deref());
-    let image = form.take_image()?;
+    // The URLs last, once every option is known good.
+    let image = match form.image_url.take() {
+        Some(_) if form.image_file.is_some() => {
+            return Err(ApiError::InvalidRequest(
+                "send the image as one of image_file, image_file_b64 and image_url".into(),
+            ))
+        }
+        Some(url) => admission.fetch("image_url", &url)?,
+        None => form.take_image()?,
+    };
+    if let Some(url) = form.bg_image_url.take() {
+        let file = admission.fetch("bg_image_url", &url)?;
+        finish.background = Some(crate::imaging::Background::Image(file));
+    }
     let wants_json = wants_json(request);
     let done = admission.cut_out_and_charge(&caller, &image, (size, subject), &finish, &|| {
         request.client_gone()
@@ -106,6 +121,23 @@ fn handle(
     Ok(response)
 }
 
+/// Any other path under remove.bg's `/v1.0/`: the key is checked first, as
+/// remove.bg does, so a wrong key gets 403 there too.
+pub fn remove_bg_unknown(state: &AppState, request: &Request) -> Outcome {
+    let mut account = None;
+    let e = match authenticate(state, request) {
+        Ok(caller) => {
+            account = Some(caller.account.name);
+            ApiError::NotFound
+        }
+        Err(e) => e,
+    };
+    Outcome {
+        response: respond::error_on(&e, Routes::RemoveBg),
+        account,
+    }
+}
+
 /// The account behind the request's `X-Api-Key`.
 fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError> {
     let key = header_value(request, "X-Api-Key").ok_or(ApiError::MissingApiKey)?;
@@ -123,8 +155,8 @@ fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError>
 /// beside. Costs nothing.
 pub fn account(state: &AppState, request: &Request) -> Outcome {
     let mut account = None;
-    let response =
-        account_info(state, request, &mut account).unwrap_or_else(|e| respond::error(&e));
+    let response = account_info(state, request, &mut account)
+        .unwrap_or_else(|e| respond::error_on(&e, Routes::RemoveBg));
     Outcome { response, account }
 }
 
@@ -201,14 +233,40 @@ fn wants_json(request: &Request) -> bool {
 }
 
 /// remove.bg's `X-Type`, the kind of subject: the type asked for where it
-/// names one (person, product, car); otherwise `other`, as the appliance
+/// names one of remove.bg's kinds; otherwise `other`, as the appliance
 /// does not classify what it cuts out.
 fn foreground_type(subject: Option<&str>) -> &'static str {
-    match subject.map(str::trim) {
-        Some("person") => "person",
-        Some("product") => "product",
-        Some("car") => "car",
-        _ => "other",
+    let asked = subject.map(str::trim).unwrap_or_default();
+    REMOVE_BG_TYPES
+        .iter()
+        .find(|kind| **kind == asked)
+        .unwrap_or(&"other")
+}
+
+/// remove.bg's `semitransparency`: `true` (its default), or `false`, which
+/// remove.bg applies to car windows alone. The appliance finds no windows,
+/// so `false` is refused for cars and changes nothing for anything else.
+fn check_semitransparency(value: Option<&str>, subject: Option<&str>) -> Result<(), ApiError> {
+    let car = subject.is_some_and(|s| s.trim().starts_with("car"));
+    match value.map(str::trim) {
+        None | Some("true") => Ok(()),
+        Some("false") if !car => Ok(()),
+        Some(value) => Err(ApiError::UnsupportedOption {
+            name: "semitransparency",
+            value: value.chars().take(64).collect(),
+            offered: if car { &["true"] } else { &["true", "false"] },
+        }),
+    }
+}
+
+/// remove.bg's `shadow_opacity`, 0 to 100: taken, as the only shadow this
+/// appliance offers is none (`add_shadow=false`).
+fn check_shadow_opacity(value: Option<&str>) -> Result<(), ApiError> {
+    match value.map(|v| v.trim().parse::<u8>()) {
+        None | Some(Ok(0..=100)) => Ok(()),
+        Some(_) => Err(ApiError::InvalidRequest(
+            "shadow_opacity takes a whole number from 0 to 100".into(),
+        )),
     }
 }
 

@@ -44,6 +44,14 @@ pub struct Form {
     pub position: Option<String>,
     /// The image to put behind the subject, a second file part.
     pub bg_image_file: Option<Vec<u8>>,
+    /// remove.bg's URLs of the photo and of the background, fetched from
+    /// where the operator allows (`fetch`).
+    pub image_url: Option<String>,
+    pub bg_image_url: Option<String>,
+    /// remove.bg's `semitransparency` and `shadow_opacity`, checked by
+    /// `http::api`.
+    pub semitransparency: Option<String>,
+    pub shadow_opacity: Option<String>,
     /// The dashboard's Try it form carries its CSRF token here.
     pub csrf: Option<String>,
     /// The first file part under another name than image_file (`file`,
@@ -83,6 +91,10 @@ impl Form {
             "scale" => &mut self.scale,
             "position" => &mut self.position,
             "csrf" => &mut self.csrf,
+            "image_url" => &mut self.image_url,
+            "bg_image_url" => &mut self.bg_image_url,
+            "semitransparency" => &mut self.semitransparency,
+            "shadow_opacity" => &mut self.shadow_opacity,
             "image_file_b64" => &mut self.image_file_b64,
             _ => return None,
         })
@@ -102,12 +114,12 @@ impl Form {
             }
             return Ok(());
         }
-        if name != "image_file_b64" && value.len() > MAX_FIELD_BYTES as usize {
-            return Err(ApiError::InvalidRequest(format!(
-                "the {name} field is over {MAX_FIELD_BYTES} bytes"
-            )));
-        }
         if let Some(field) = self.field(name) {
+            if name != "image_file_b64" && value.len() > MAX_FIELD_BYTES as usize {
+                return Err(ApiError::InvalidRequest(format!(
+                    "the {name} field is over {MAX_FIELD_BYTES} bytes"
+                )));
+            }
             *field = Some(value);
             return Ok(());
         }
@@ -119,7 +131,7 @@ impl Form {
                     _ => "",
                 }
             )),
-            name => ApiError::UnknownField(name.chars().take(MAX_NAME_SHOWN).collect()),
+            name => unknown_field(name),
         })
     }
 
@@ -160,6 +172,10 @@ impl Form {
 /// remove.bg's option `name`, with the values taken.
 fn remove_bg_option(name: &str) -> Option<(&'static str, &'static [&'static str])> {
     REMOVE_BG_OPTIONS.iter().find(|o| o.0 == name).copied()
+}
+
+fn unknown_field(name: &str) -> ApiError {
+    ApiError::UnknownField(name.chars().take(MAX_NAME_SHOWN).collect())
 }
 
 /// A field name as an error repeats it: at most this many characters.
@@ -344,6 +360,11 @@ async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Fo
             }
             name => {
                 let name = name.unwrap_or("").to_owned();
+                // Named before its value is read: an unknown field is
+                // refused as unknown, however long its value.
+                if !Form::knows(&name) {
+                    return Err(unknown_field(&name));
+                }
                 let value = text_of(&mut field).await?;
                 form.set(&name, value)?;
             }
@@ -413,6 +434,14 @@ fn from_multer(e: multer::Error) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_field_remove_bg_documents_is_known() {
+        for (name, _) in crate::pages::REMOVE_BG_FIELDS {
+            let file_part = matches!(*name, "image_file" | "bg_image_file");
+            assert!(file_part || Form::knows(name), "{name}");
+        }
+    }
 
     #[test]
     fn the_body_cap_is_the_13_4_mib_the_file_too_large_error_names() {

@@ -17,6 +17,7 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::error::ApiError;
 use anyhow::{anyhow, Context, Result};
+use respond::Routes;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread;
@@ -242,6 +243,7 @@ const HSTS: &str = "max-age=31536000";
 /// remove.bg's own routes, so that its clients need only a new address.
 const REMOVE_BG_COMPATIBLE: &str = "/v1.0/removebg";
 const REMOVE_BG_ACCOUNT: &str = "/v1.0/account";
+const REMOVE_BG_PREFIX: &str = "/v1.0/";
 
 /// A request line may hold 8 KiB; its log line keeps this much of the path.
 const MAX_LOGGED_PATH: usize = 200;
@@ -306,7 +308,8 @@ fn route(
     };
     let get = matches!(method, Method::Get | Method::Head);
     match (path, method) {
-        ("/api/remove-bg" | REMOVE_BG_COMPATIBLE, Method::Post) => api::remove_bg(state, request),
+        ("/api/remove-bg", Method::Post) => api::remove_bg(state, request, Routes::Contract),
+        (REMOVE_BG_COMPATIBLE, Method::Post) => api::remove_bg(state, request, Routes::RemoveBg),
         (REMOVE_BG_ACCOUNT, _) if get => api::account(state, request),
         ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
         ("/readyz", _) if get => plain(readiness(state)),
@@ -323,6 +326,7 @@ fn route(
             }))
         }
         _ if path.starts_with("/api/") => plain(respond::error(&ApiError::NotFound)),
+        _ if path.starts_with(REMOVE_BG_PREFIX) => api::remove_bg_unknown(state, request),
         _ => plain(gate::check(state, method, request).unwrap_or_else(|| {
             dashboard::route(state, method, path, request).unwrap_or_else(|| not_found(request))
         })),

@@ -25,23 +25,25 @@ pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiEr
         .map(parse_colour)
         .transpose()?
         .flatten();
-    let background = match (colour, form.bg_image_file.take()) {
-        (Some(_), Some(_)) => {
+    // bg_image_url is fetched by `http::api` once every option is known good.
+    let url = form.bg_image_url.as_ref().map(|_| OptionField::BgImageUrl);
+    let background = match (colour, form.bg_image_file.take(), url) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             return Err(invalid(
-                OptionField::BgColor,
-                "send bg_color or bg_image_file, not both",
+                url.unwrap_or(OptionField::BgColor),
+                "send one of bg_color, bg_image_file and bg_image_url",
             ))
         }
-        (Some(colour), None) => Some(Background::Colour(colour)),
-        (None, Some(file)) => Some(Background::Image(file)),
-        (None, None) => None,
+        (Some(colour), None, None) => Some(Background::Colour(colour)),
+        (None, Some(file), None) => Some(Background::Image(file)),
+        (None, None, _) => None,
     };
     if channels == Channels::Alpha {
         let field = match (&background, format) {
             (Some(Background::Colour(_)), _) => Some(OptionField::BgColor),
             (Some(Background::Image(_)), _) => Some(OptionField::BgImageFile),
             (None, Format::Zip) => Some(OptionField::Format),
-            (None, _) => None,
+            (None, _) => url,
         };
         if let Some(field) = field {
             return Err(invalid(

@@ -34,7 +34,8 @@ pub fn status(e: &ApiError) -> u16 {
         | InvalidImage(_)
         | ImageTooLarge { .. }
         | ResolutionTooHigh { .. }
-        | InvalidRequest(_) => 400,
+        | InvalidRequest(_)
+        | Fetch { .. } => 400,
         MissingApiKey | InvalidApiKey => 401,
         QuotaExceeded { .. } => 402,
         PlanNotAllowed | AccountSuspended => 403,
@@ -51,11 +52,36 @@ pub fn status(e: &ApiError) -> u16 {
     }
 }
 
+/// Which routes answer: the contract's (`/api/...`), or remove.bg's own
+/// (`/v1.0/...`), whose clients know four statuses of a refused call and
+/// raise their typed errors by them: 400 for a bad parameter or an image
+/// it cannot use, 402 out of credits, 403 for the key, 429 too many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    Contract,
+    RemoveBg,
+}
+
+/// `e`'s status on `routes`.
+pub fn status_on(e: &ApiError, routes: Routes) -> u16 {
+    use ApiError::*;
+    match (routes, e) {
+        (Routes::RemoveBg, MissingApiKey | InvalidApiKey) => 403,
+        (Routes::RemoveBg, FileTooLarge | UnsupportedImageFormat) => 400,
+        _ => status(e),
+    }
+}
+
 pub fn error(e: &ApiError) -> Body {
+    error_on(e, Routes::Contract)
+}
+
+/// The error in remove.bg's body, `{"errors": [{title, code, detail}]}`.
+pub fn error_on(e: &ApiError, routes: Routes) -> Body {
     let body = serde_json::json!({
         "errors": [{ "title": e.title(), "code": e.code(), "detail": e.detail() }]
     });
-    let mut response = json(status(e), &body);
+    let mut response = json(status_on(e, routes), &body);
     if let Some(secs) = e.retry_after() {
         response.add_header(header("Retry-After", secs));
     }
@@ -69,6 +95,7 @@ pub fn error(e: &ApiError) -> Body {
 mod tests {
     use super::*;
     use crate::error::{OptionField, MAX_PIXELS_DECODED};
+    use crate::fetch::FetchError;
     use crate::pages::REMOVE_BG_ERRORS;
 
     /// One of every error `POST /api/remove-bg` can answer (`ClientGone`
@@ -110,6 +137,21 @@ mod tests {
                     height: 1,
                 },
                 InvalidRequest("x".into()),
+                Fetch {
+                    field: "image_url",
+                    why: FetchError::NoneAllowed,
+                },
+                Fetch {
+                    field: "image_url",
+                    why: FetchError::Refused {
+                        host: "x".into(),
+                        address: [127, 0, 0, 1].into(),
+                    },
+                },
+                Fetch {
+                    field: "image_url",
+                    why: FetchError::Status(404),
+                },
                 RequestTimeout,
                 HeaderTooLarge,
                 FileTooLarge,

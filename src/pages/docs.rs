@@ -2,7 +2,7 @@
 //! with the reader's own key prefix filled in.
 
 use super::{page, Nav};
-use crate::domain::{OptionField, REMOVE_BG_OPTIONS};
+use crate::domain::OptionField;
 use maud::{html, Markup};
 
 /// One row of the error table that the API docs page and the OpenAPI
@@ -16,11 +16,37 @@ pub struct Documented {
 
 /// What `POST /api/remove-bg` can answer besides 200, in the order the docs
 /// show it. A unit test keeps it in step with `describe`.
+/// Every field of remove.bg's `POST /v1.0/removebg`, and what the
+/// appliance does with it; a unit test in `http::form` holds that the form
+/// knows each.
+pub const REMOVE_BG_FIELDS: &[(&str, &str)] = &[
+    ("image_file", "Served."),
+    ("image_file_b64", "Served."),
+    ("image_url", "Served: fetched from the networks the operator lists in [fetch] allow, else url_fetch_off or url_not_allowed."),
+    ("size", "Served: preview, full, auto, and remove.bg's small, regular, medium, hd, 4k, 50MP."),
+    ("type", "Served: auto, person (MODNet), general, and remove.bg's product, animal, car, car_interior, car_part, transportation, graphics, other (IS-Net); X-Type repeats the kind asked for."),
+    ("type_level", "Taken (none, 1, 2, latest) and changes nothing: the appliance does not classify, so X-Type names the type asked for, or other."),
+    ("format", "Served: auto, png, jpg, zip, and webp."),
+    ("roi", "Served."),
+    ("crop", "Served."),
+    ("crop_margin", "Served."),
+    ("scale", "Served."),
+    ("position", "Served."),
+    ("channels", "Served: rgba, alpha."),
+    ("add_shadow", "false is served; true is refused (unsupported_option): the appliance makes no shadows."),
+    ("shadow_type", "Taken (car, 3D, drop): it changes nothing without add_shadow=true, as at remove.bg."),
+    ("shadow_opacity", "Taken (0 to 100): likewise."),
+    ("semitransparency", "true is served; false is taken for every type but the car kinds, where it is refused (unsupported_option): remove.bg applies it to car windows alone, which the appliance does not find."),
+    ("bg_color", "Served."),
+    ("bg_image_url", "Served: fetched as image_url is."),
+    ("bg_image_file", "Served."),
+];
+
 pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part; the detail names a file part sent under another name (file, image, photo)." },
     Documented { status: 400, code: "unknown_field", title: "Unknown field", when: "The form has a field this API does not know; the detail names it." },
     Documented { status: 400, code: "invalid_image_file_b64", title: "Invalid image_file_b64", when: "image_file_b64 is not standard base64 (a data: URL's head and line breaks are allowed)." },
-    Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "The form has a remove.bg option this appliance does not offer (image_url, bg_image_url, shadow_type, shadow_opacity), or one at a value other than its default (add_shadow=false, semitransparency=true). The detail names it." },
+    Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "A remove.bg option at a value that asks for what the appliance does not make: add_shadow=true, semitransparency=false for a car; or type_level or shadow_type at a value remove.bg does not take. The detail names it." },
     Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full, nor one of remove.bg's names (small, regular, medium, hd, 4k, 50MP)." },
     Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general, nor one of remove.bg's (product, car)." },
     Documented { status: 400, code: "invalid_channels", title: "Invalid channels", when: "channels is not rgba or alpha." },
@@ -35,6 +61,10 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
     Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels (25 million on a board under 1.5 GiB of memory; server.max_megapixels)." },
     Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
+    Documented { status: 400, code: "invalid_bg_image_url", title: "Invalid bg_image_url", when: "bg_image_url comes with bg_color or bg_image_file, or with channels=alpha." },
+    Documented { status: 400, code: "url_fetch_off", title: "URL fetching off", when: "image_url or bg_image_url, and the operator lists no network in [fetch] allow." },
+    Documented { status: 400, code: "url_not_allowed", title: "URL not allowed", when: "image_url or bg_image_url names a host (or redirects to one) whose address is not in [fetch] allow; loopback, link-local and multicast addresses only where a network of their own kind is listed." },
+    Documented { status: 400, code: "url_fetch_failed", title: "URL fetch failed", when: "The file at image_url or bg_image_url could not be fetched: not http or https, no connection in 5 s, not whole in 10 s, a status other than 200, over 3 redirects, or over 10 MB. Nothing is charged." },
     Documented { status: 400, code: "invalid_request", title: "Invalid request", when: "The body is not a well-formed multipart/form-data, urlencoded or JSON form (or has two image_file parts, or both image_file and image_file_b64); or the request head is malformed or ambiguous (two Content-Length or Host headers, Content-Length with Transfer-Encoding, a coding other than chunked, control characters, a CR or LF alone), which also closes the connection." },
     Documented { status: 401, code: "missing_api_key", title: "Missing API key", when: "No X-Api-Key header." },
     Documented { status: 401, code: "invalid_api_key", title: "Invalid API key", when: "The key is unknown or revoked." },
@@ -107,30 +137,26 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                                     li { code { "auto" } ": the appliance's configured model (IS-Net unless the operator chose another). Where IS-Net is unsure of the subject, MODNet is asked too, and its matte is used when it is surer of the same subject." }
                                     li { code { "person" } ": MODNet, for people: soft edges in hair, but objects beside the person are dropped." }
                                     li { code { "general" } ": IS-Net, for any object, person or animal." }
-                                    li { "remove.bg's " code { "product" } " and " code { "car" } ": IS-Net, as " code { "general" } "." }
+                                    li { "remove.bg's other kinds (" code { "product" } ", " code { "animal" } ", " code { "car" } ", …): IS-Net, as " code { "general" } "." }
                                 }
                             }
                         }
                         @for field in OptionField::ALL {
                             tr { td { "form field" } td { code { (field.name()) } } td { "Optional. " (field.takes()) } }
                         }
-                        tr {
-                            td { "form fields" } td { "remove.bg's options" }
-                            td {
-                                "Optional. Not offered, but taken at the values that ask for what the appliance does anyway (remove.bg's defaults, which its clients often send); any other value is refused with " code { "unsupported_option" } ", never ignored. A bad value of an option above is refused with a code that names it (" code { "invalid_crop_margin" } "). A field this API does not know is refused with " code { "unknown_field" } "."
-                                ul {
-                                    @for (name, offered) in REMOVE_BG_OPTIONS {
-                                        li {
-                                            code { (name) } ": "
-                                            @if offered.is_empty() { "not offered" }
-                                            @for (i, value) in offered.iter().enumerate() {
-                                                @if i > 0 { " or " }
-                                                code { (format!("{value:?}")) }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
+                    }
+                }
+            }
+        }
+        section #removebg-fields {
+            h2 { "remove.bg's fields" }
+            p { "Every field of remove.bg's " code { "POST /v1.0/removebg" } ", on both routes. A value a field does not take is refused with a 400 that names the field; a field this API does not know, with " code { "unknown_field" } ". On " code { "/v1.0/" } ", remove.bg's statuses: a missing or wrong key is 403, a file too large or not an image 400." }
+            div.scroll {
+                table {
+                    thead { tr { th { "Field" } th { "Here" } } }
+                    tbody {
+                        @for (name, here) in REMOVE_BG_FIELDS {
+                            tr { td { code { (name) } } td { (here) } }
                         }
                     }
                 }

@@ -10,7 +10,7 @@ pub mod openapi;
 
 pub use account::{account_home, result_file_name, revoke_confirm, try_page, KeyNotice, TryView};
 pub use admin::{admin_account, admin_accounts, status_page, AccountForms, NewAccount, StatusView};
-pub use docs::{docs_page, Documented, REMOVE_BG_ERRORS};
+pub use docs::{docs_page, Documented, REMOVE_BG_ERRORS, REMOVE_BG_FIELDS};
 
 use crate::domain::{utc_date, utc_datetime, Month};
 use crate::store::{Account, KeyRecord};

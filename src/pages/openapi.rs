@@ -2,7 +2,7 @@
 //! table as the docs page, so the two cannot disagree.
 
 use super::docs::REMOVE_BG_ERRORS;
-use crate::domain::{OptionField, REMOVE_BG_OPTIONS};
+use crate::domain::{OptionField, REMOVE_BG_OPTIONS, REMOVE_BG_TYPES};
 use crate::error::MAX_IMAGE_BYTES;
 use serde_json::{json, Map, Value};
 
@@ -74,6 +74,10 @@ pub fn document(version: &str) -> Value {
     }
     // remove.bg's route is the same operation, so its clients need only a
     // new address.
+    let types: Vec<&str> = ["auto", "general"]
+        .into_iter()
+        .chain(REMOVE_BG_TYPES.iter().copied())
+        .collect();
     let mut properties = json!({
         "image_file": { "type": "string", "contentMediaType": "application/octet-stream",
             "description": format!("JPG, PNG or WEBP, at most {MAX_IMAGE_BYTES} bytes and 50 megapixels; or image_file_b64, the same in base64 (exactly one of the two).") },
@@ -83,8 +87,14 @@ pub fn document(version: &str) -> Value {
             "description": "The image in standard base64, instead of image_file." },
         "size": { "type": "string", "enum": ["auto", "preview", "full", "small", "regular", "medium", "hd", "4k", "50MP"], "default": "auto",
             "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP. remove.bg's names: small and regular are preview, medium at most 1.5 MP, hd at most 4 MP, 4k is full, 50MP is auto (the most this appliance gives)." },
-        "type": { "type": "string", "enum": ["auto", "person", "general", "product", "car"], "default": "auto",
-            "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object). remove.bg's product and car: IS-Net, as general." }
+        "type": { "type": "string", "enum": types, "default": "auto",
+            "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object). remove.bg's other kinds: IS-Net, as general." },
+        "image_url": { "type": "string", "format": "uri",
+            "description": "The photo's URL (http or https) instead of image_file, fetched only from the networks the operator lists in [fetch] allow: 5 s to connect, 10 s to arrive, at most 3 redirects, 10 MB." },
+        "semitransparency": { "type": "string", "enum": ["true", "false"], "default": "true",
+            "description": "remove.bg's option: false is refused for the car kinds (remove.bg applies it to car windows alone) and changes nothing for the others." },
+        "shadow_opacity": { "type": "string", "pattern": "^(100|[1-9]?[0-9])$",
+            "description": "remove.bg's option, 0 to 100: changes nothing without add_shadow=true, which is not offered." }
     });
     for field in OptionField::ALL {
         let takes = field.takes();
@@ -95,12 +105,9 @@ pub fn document(version: &str) -> Value {
             _ => json!({ "type": "string", "description": takes }),
         };
     }
-    for (name, offered) in REMOVE_BG_OPTIONS
-        .iter()
-        .filter(|(_, offered)| !offered.is_empty())
-    {
+    for (name, offered) in REMOVE_BG_OPTIONS {
         properties[name] = json!({ "type": "string", "enum": offered,
-            "description": "remove.bg's option, at the value(s) that ask for what the appliance does anyway; any other value is refused with unsupported_option." });
+            "description": "remove.bg's option, at the values that change nothing the appliance makes; any other value is refused with unsupported_option." });
     }
     // remove.bg's urlencoded and JSON forms: the image in base64.
     let mut encoded = properties.clone();

@@ -79,6 +79,18 @@ impl WorkQueue {
             return None;
         }
         counts.waiting += 1;
+        self.hold(counts, account, upload);
+        Some(Place {
+            queue: self,
+            upload,
+            account,
+            running: false,
+        })
+    }
+
+    /// Waits until the uploads held leave room for `upload` more bytes (one
+    /// upload alone always fits), and `account`'s for its half, then holds them.
+    fn hold(&self, mut counts: MutexGuard<'_, Counts>, account: Option<i64>, upload: u64) {
         let share = self.upload_buffer / 2;
         let held_by = |counts: &Counts| {
             account.map_or(0, |a| counts.uploads_by.get(&a).copied().unwrap_or(0))
@@ -92,12 +104,6 @@ impl WorkQueue {
         if let Some(account) = account {
             *counts.uploads_by.entry(account).or_default() += upload;
         }
-        Some(Place {
-            queue: self,
-            upload,
-            account,
-            running: false,
-        })
     }
 
     /// Requests running and waiting.
@@ -118,6 +124,22 @@ impl WorkQueue {
 }
 
 impl Place<'_> {
+    /// Holds `more` bytes of uploads beside this place's, waiting as
+    /// `join_as` does until the uploads held leave room: a file fetched
+    /// from a URL is held as an uploaded one is. The old reservation is
+    /// given up while it waits, so that two places growing at once never
+    /// wait on each other.
+    pub fn hold_more(&mut self, more: u64) {
+        let upload = self.upload + more;
+        let mut counts = self.queue.lock();
+        counts.uploads -= self.upload;
+        if let Some(account) = self.account {
+            *counts.uploads_by.entry(account).or_default() -= self.upload;
+        }
+        self.queue.hold(counts, self.account, upload);
+        self.upload = upload;
+    }
+
     /// Waits until this request may hold decoded pixels.
     pub fn wait_for_turn(&mut self) {
         if self.running {

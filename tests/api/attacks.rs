@@ -380,24 +380,24 @@ fn a_flood_of_refused_requests_is_logged_as_counts_not_a_line_each() {
             stream
                 .write_all(b"GET /v1.0/account HTTP/1.1\r\nHost: t\r\nX-Api-Key: wrong\r\n\r\n")
                 .unwrap();
-            assert_eq!(read_reply(&mut stream).status, 401);
+            assert_eq!(read_reply(&mut stream).status, 403);
         }
     };
     flood(2000);
     app.guest_cuts_out();
     let lines = |log: &str| {
         log.lines()
-            .filter(|l| l.contains("/v1.0/account 401"))
+            .filter(|l| l.contains("/v1.0/account 403"))
             .count()
     };
-    let log = app.server.log_once_it_says("/v1.0/account 401");
+    let log = app.server.log_once_it_says("/v1.0/account 403");
     assert_eq!(lines(&log), 1, "{log}");
     // The interval over, the next refusal brings the count.
     std::thread::sleep(Duration::from_secs(10));
     flood(1);
     let log = app
         .server
-        .log_once_it_says("1999 more 401 answers to 127.0.3.1");
+        .log_once_it_says("1999 more 403 answers to 127.0.3.1");
     assert_eq!(lines(&log), 2);
     watcher.finish("refused requests");
 }

@@ -10,6 +10,7 @@ mod dashboard;
 mod disk;
 mod engines;
 mod errors;
+mod fetch;
 mod fleet;
 mod formats;
 mod hostile;

@@ -81,6 +81,28 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
                     .text(field, "nonsense"),
             )
         }
+        "invalid_bg_image_url" => app.post_form(
+            k,
+            Multipart::new()
+                .file("image_file", &photo)
+                .text("bg_color", "red")
+                .text("bg_image_url", "http://192.168.1.2/bg.jpg"),
+        ),
+        "url_fetch_off" => app.post_form(
+            k,
+            Multipart::new().text("image_url", "http://192.168.1.2/a.jpg"),
+        ),
+        "url_not_allowed" | "url_fetch_failed" => {
+            let app = spawn_app_with(EngineSource::Ready(u2netp()), |s| {
+                s.fetch_allow = vec!["127.0.0.2/32".parse().unwrap()]
+            });
+            let key = app.account("fetching", "pro");
+            let url = match code {
+                "url_not_allowed" => "http://127.0.0.1:1/a.jpg",
+                _ => "http://127.0.0.2:1/a.jpg",
+            };
+            app.post_form(Some(&key), Multipart::new().text("image_url", url))
+        }
         "invalid_bg_image_file" => app.post_form(
             k,
             Multipart::new()

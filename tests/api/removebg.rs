@@ -1,7 +1,8 @@
-//! What remove.bg's clients send: its route, its names for sizes and types,
-//! and clear refusals of its options this appliance does not offer, of
-//! unknown fields and of a file part under another name. The output
-//! options it does offer are in `options`.
+//! What remove.bg's clients send: its route and statuses, its names for
+//! sizes and types, every field it documents, and clear refusals of values
+//! this appliance does not serve, of unknown fields and of a file part
+//! under another name. The output options are in `options`, the URLs in
+//! `fetch`.
 
 use crate::helpers::*;
 
@@ -129,34 +130,130 @@ fn a_file_part_under_another_name_is_named_and_costs_nothing() {
 }
 
 #[test]
-fn unknown_fields_and_remove_bg_options_not_offered_are_refused_by_name_and_cost_nothing() {
+fn unknown_fields_and_values_not_served_are_refused_by_name_and_cost_nothing() {
     let app = spawn_app();
     let key = app.account("acme", "pro");
-    for (field, value, code) in [
-        ("sise", "auto", "unknown_field"),
+    let long = "x".repeat(5000);
+    for (fields, code) in [
+        (vec![("sise", "auto")], "unknown_field"),
+        // Named as unknown, not as too long.
+        (vec![("image_base64", long.as_str())], "unknown_field"),
+        (vec![("add_shadow", "true")], "unsupported_option"),
+        (vec![("type_level", "3")], "unsupported_option"),
+        (vec![("shadow_type", "flat")], "unsupported_option"),
+        (vec![("shadow_opacity", "101")], "invalid_request"),
         (
-            "bg_image_url",
-            "http://192.168.1.1/bg.jpg",
+            vec![("type", "car"), ("semitransparency", "false")],
             "unsupported_option",
         ),
-        ("shadow_type", "3D", "unsupported_option"),
-        ("add_shadow", "true", "unsupported_option"),
-        ("semitransparency", "false", "unsupported_option"),
-        ("image_url", "http://192.168.1.1/", "unsupported_option"),
+        (vec![("semitransparency", "maybe")], "unsupported_option"),
+        (vec![("type", "truck")], "invalid_type"),
     ] {
+        let named = fields[fields.len() - 1].0;
         for path in ROUTES {
             let mut form = Multipart::new();
-            form.file("image_file", &jpeg(64, 48)).text(field, value);
+            form.file("image_file", &jpeg(64, 48));
+            for (field, value) in &fields {
+                form.text(field, value);
+            }
             let reply = post(&app, path, &key, &form);
             assert_eq!(
                 (reply.status, reply.error_code().as_str()),
                 (400, code),
-                "{field} on {path}"
+                "{fields:?} on {path}: {}",
+                reply.text()
             );
-            assert!(reply.text().contains(field), "{}", reply.text());
+            assert!(reply.text().contains(named), "{}", reply.text());
         }
+        let urlencoded: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("image_file_b64", &b64(&jpeg(64, 48)))
+            .extend_pairs(&fields)
+            .finish();
+        let reply = post_body(
+            &app,
+            &key,
+            "application/x-www-form-urlencoded",
+            urlencoded.as_bytes(),
+        );
+        assert_eq!(reply.error_code(), code, "{fields:?} urlencoded");
     }
     assert_eq!(app.used("acme"), 0);
+}
+
+#[test]
+fn remove_bgs_statuses_on_its_routes_and_the_contracts_on_the_api() {
+    let app = spawn_app();
+    let key = app.account("acme", "pro");
+    let wrong = format!("ck_{}", "0".repeat(40));
+    let form = {
+        let mut form = Multipart::new();
+        form.file("image_file", b"GIF89a not an image we take");
+        form
+    };
+    for (path, keyless, wrong_key, unreadable) in [
+        ("/api/remove-bg", 401, 401, 415),
+        ("/v1.0/removebg", 403, 403, 400),
+    ] {
+        let mut headers = vec![("Content-Type".to_owned(), form.content_type())];
+        let reply = app.request("POST", path, &headers, &form.body());
+        assert_eq!(
+            (reply.status, reply.error_code().as_str()),
+            (keyless, "missing_api_key")
+        );
+        headers.push(("X-Api-Key".to_owned(), wrong.clone()));
+        let reply = app.request("POST", path, &headers, &form.body());
+        assert_eq!(
+            (reply.status, reply.error_code().as_str()),
+            (wrong_key, "invalid_api_key")
+        );
+        let reply = post(&app, path, &key, &form);
+        assert_eq!(
+            (reply.status, reply.error_code().as_str()),
+            (unreadable, "unsupported_image_format")
+        );
+    }
+    // Any path under /v1.0/: the key first, as remove.bg checks it.
+    for path in ["/v1.0/account", "/v1.0/improve", "/v1.0/anything"] {
+        let headers = [("X-Api-Key".to_owned(), wrong.clone())];
+        let reply = app.request("GET", path, &headers, b"");
+        assert_eq!(
+            (reply.status, reply.error_code().as_str()),
+            (403, "invalid_api_key"),
+            "{path}"
+        );
+        let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert!(body["errors"][0]["title"].is_string(), "remove.bg's body");
+    }
+    let known = [("X-Api-Key".to_owned(), key.clone())];
+    assert_eq!(
+        app.request("GET", "/v1.0/anything", &known, b"").status,
+        404
+    );
+    assert_eq!(app.used("acme"), 0);
+}
+
+#[test]
+fn every_kind_remove_bg_reports_is_a_type_and_comes_back_in_x_type() {
+    let app = spawn_app();
+    let key = app.account("acme", "business");
+    let image = jpeg(64, 48);
+    for kind in [
+        "person",
+        "product",
+        "animal",
+        "car",
+        "car_interior",
+        "car_part",
+        "transportation",
+        "graphics",
+        "other",
+    ] {
+        let mut form = Multipart::new();
+        form.file("image_file", &image).text("type", kind);
+        let reply = post(&app, "/v1.0/removebg", &key, &form);
+        assert_eq!(reply.status, 200, "{kind}: {}", reply.text());
+        assert_eq!(reply.header("x-type"), Some(kind));
+    }
 }
 
 #[test]
@@ -182,7 +279,12 @@ fn remove_bgs_defaults_are_taken_as_what_the_appliance_does_anyway() {
         ("scale", "original"),
         ("position", "original"),
         ("semitransparency", "true"),
+        ("semitransparency", "false"),
         ("add_shadow", "false"),
+        ("type_level", "none"),
+        ("type_level", "latest"),
+        ("shadow_type", "drop"),
+        ("shadow_opacity", "50"),
     ] {
         form.text(field, value);
     }
@@ -315,7 +417,7 @@ fn bad_base64_both_images_or_one_too_large_are_refused_and_cost_nothing() {
     let body = serde_json::json!({ "image_file_b64": over }).to_string();
     check(
         post_body(&app, &key, "application/json", body.as_bytes()),
-        413,
+        400,
         "file_too_large",
     );
     assert_eq!(app.used("acme"), 0);
@@ -376,8 +478,8 @@ fn the_account_route_refuses_as_the_api_does() {
     let check = |reply: Reply, status: u16, code: &str| {
         assert_eq!((reply.status, reply.error_code().as_str()), (status, code));
     };
-    check(account_info(&app, None), 401, "missing_api_key");
-    check(account_info(&app, Some("ck_nope")), 401, "invalid_api_key");
+    check(account_info(&app, None), 403, "missing_api_key");
+    check(account_info(&app, Some("ck_nope")), 403, "invalid_api_key");
     check(account_info(&app, Some(&free)), 403, "plan_not_allowed");
     app.store.set_suspended("booth", true, MID_MARCH).unwrap();
     check(account_info(&app, Some(&key)), 403, "account_suspended");

@@ -2,8 +2,8 @@
 //! (`app`), HTTP as a client speaks it (`http`), test images (`images`), the
 //! dashboard as a browser uses it (`browser`), the binary as a child
 //! process (`child`), HTTPS with a pinned certificate (`tls`), a
-//! throw-away PostgreSQL server (`postgres`) and a load balancer in front of
-//! several appliances (`haproxy`).
+//! throw-away PostgreSQL server (`postgres`), a load balancer in front of
+//! several appliances (`haproxy`) and a web server on the LAN (`web`).
 
 mod app;
 mod browser;
@@ -13,6 +13,7 @@ mod http;
 mod images;
 mod postgres;
 mod tls;
+mod web;
 
 pub use app::*;
 pub use browser::*;
@@ -22,3 +23,4 @@ pub use http::*;
 pub use images::*;
 pub use postgres::*;
 pub use tls::*;
+pub use web::*;
