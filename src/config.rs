@@ -589,9 +589,12 @@ impl Settings {
             .unwrap_or_default()
             .iter()
             .map(|cidr| {
-                cidr.trim().parse::<ipnet::IpNet>().map_err(|_| {
+                let cidr = cidr.trim();
+                // A bare address is the network of that address alone.
+                let bare = cidr.parse::<std::net::IpAddr>().map(ipnet::IpNet::from);
+                bare.or_else(|_| cidr.parse::<ipnet::IpNet>()).map_err(|_| {
                     ConfigError::Invalid(format!(
-                        "fetch.allow: {cidr:?} is not a network such as 192.168.1.0/24 or 10.0.0.5/32"
+                        "fetch.allow: {cidr:?} is not a network such as 192.168.1.0/24 or an address such as 10.0.0.5"
                     ))
                 })
             })
@@ -769,6 +772,33 @@ mod tests {
         let nowhere = Path::new("/nonexistent/cutout.toml");
         assert_eq!(Config::read(nowhere, false).unwrap(), Config::default());
         assert!(Config::read(nowhere, true).is_err());
+    }
+
+    #[test]
+    fn fetch_allows_nothing_unless_networks_are_listed_in_the_file_or_environment() {
+        assert!(Settings::default().fetch_allow.is_empty());
+        let file = Config::parse_str("[fetch]\nallow = [\"192.168.1.0/24\", \"10.0.0.5/32\"]\n");
+        let allowed = Settings::from_config(file.unwrap()).unwrap().fetch_allow;
+        assert_eq!(allowed.len(), 2);
+        assert!(allowed[0].contains(&"192.168.1.20".parse::<std::net::IpAddr>().unwrap()));
+        let from_env = env(&[("CUTOUT_FETCH_ALLOW", "192.168.1.0/24, fd00::/8")]).unwrap();
+        assert_eq!(
+            Settings::from_config(from_env).unwrap().fetch_allow.len(),
+            2
+        );
+        let hosts = env(&[("CUTOUT_DASHBOARD_ALLOWED_HOSTS", "booth.lan,cutout.lan")]).unwrap();
+        assert_eq!(
+            Settings::from_config(hosts).unwrap().allowed_hosts,
+            ["booth.lan", "cutout.lan"]
+        );
+        let one = env(&[("CUTOUT_FETCH_ALLOW", "10.0.0.5")]).unwrap();
+        assert_eq!(
+            Settings::from_config(one).unwrap().fetch_allow,
+            ["10.0.0.5/32".parse::<ipnet::IpNet>().unwrap()]
+        );
+        let bad = env(&[("CUTOUT_FETCH_ALLOW", "192.168.1.300/24")]).unwrap();
+        let error = Settings::from_config(bad).err().unwrap().to_string();
+        assert!(error.contains("fetch.allow"), "{error}");
     }
 
     #[test]
