@@ -1,5 +1,5 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: planned-gains test-integrations test-unit check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
+.PHONY: planned-gains test-clients test-integrations test-unit check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean
 
 CARGO ?= cargo
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
@@ -120,7 +120,7 @@ test-tiny-http:
 
 # The dashboard in headless Chromium (Debian's `chromium`); screenshots of
 # every page land in target/e2e-artifacts. Then remove.bg's published Node
-# client (npm `remove.bg`) against the appliance.
+# client (npm `remove.bg`) and Python clients against the appliance.
 # `cargo test --no-run` builds the same binary the API tests run (with the
 # test build's features), so no second build of the dependencies.
 e2e: models
@@ -128,6 +128,21 @@ e2e: models
 	cd tests/e2e && npm ci --no-audit --no-fund
 	node tests/e2e/dashboard.mjs target/debug/cutout
 	node tests/e2e/removebg-client.mjs target/debug/cutout
+	$(MAKE) test-clients
+
+# remove.bg's published Python clients from PyPI (tests/clients/requirements.txt,
+# exact versions, --no-deps) against the appliance, unchanged but for its
+# address: their calls, their typed errors, image_url from a server allowed.
+# The venv in target/clients is made again when the list changes.
+CLIENTS_VENV := target/clients
+test-clients:
+	@test -x $(TEST_APPLIANCE_BINARY) || $(CARGO) test --workspace --no-run
+	cmp -s tests/clients/requirements.txt $(CLIENTS_VENV)/requirements.txt || { \
+		rm -rf $(CLIENTS_VENV) && python3 -m venv $(CLIENTS_VENV) && \
+		$(CLIENTS_VENV)/bin/pip install -q --disable-pip-version-check --no-deps \
+			-r tests/clients/requirements.txt && \
+		cp tests/clients/requirements.txt $(CLIENTS_VENV)/; }
+	TEST_APPLIANCE_BINARY=$(TEST_APPLIANCE_BINARY) $(CLIENTS_VENV)/bin/python -P tests/clients/test_removebg_clients.py
 
 # The booth programs' plugins (integrations/README.md) in the real programs
 # from PyPI, photobooth-app 9.0.0 and pibooth 2.1.1, against the appliance
