@@ -92,10 +92,13 @@ pub enum OptionField {
     Roi,
     Scale,
     Position,
+    AddShadow,
+    ShadowType,
+    ShadowOpacity,
 }
 
 impl OptionField {
-    pub const ALL: [OptionField; 9] = [
+    pub const ALL: [OptionField; 12] = [
         OptionField::Format,
         OptionField::BgColor,
         OptionField::BgImageFile,
@@ -105,6 +108,9 @@ impl OptionField {
         OptionField::Roi,
         OptionField::Scale,
         OptionField::Position,
+        OptionField::AddShadow,
+        OptionField::ShadowType,
+        OptionField::ShadowOpacity,
     ];
 
     /// The form field's name.
@@ -127,6 +133,9 @@ impl OptionField {
             OptionField::CropMargin => ("crop_margin", "With crop=true, room around the subject: 1, 2 or 4 lengths in CSS order (top, right, bottom, left), in px or % of the subject's size, at most 500px or 50% a side; past the photo it is transparent."),
             OptionField::Roi => ("roi", "x1 y1 x2 y2 in px of the uploaded photo or % of its size: only what lies inside can be the subject."),
             OptionField::Scale => ("scale", "original (the default) or 10% to 100%: the subject fitted into that share of the result, aspect kept, centred unless position says otherwise."),
+            OptionField::AddShadow => ("add_shadow", "false (the default) or true: a shadow behind the subject, black, softened, part of the result's transparency (and of its matte)."),
+            OptionField::ShadowType => ("shadow_type", "With add_shadow=true: 3D or car (the default), the silhouette laid flat where the subject meets the ground; drop, the silhouette behind it, down and to the right. Without add_shadow it changes nothing, as at remove.bg."),
+            OptionField::ShadowOpacity => ("shadow_opacity", "With add_shadow=true, 0 to 100 (default 50): how dark the shadow is at its darkest."),
             OptionField::Position => ("position", "original (the default), center, or one or two percentages (horizontal, vertical): where the subject goes in the room the result leaves beside it, 0% left or top, 100% right or bottom."),
         }
     }
@@ -135,15 +144,10 @@ impl OptionField {
 /// Options remove.bg documents that change nothing this appliance makes,
 /// with the values taken: remove.bg's defaults, and the values for which
 /// remove.bg itself would change nothing on most photos (`type_level` only
-/// names the kind in `X-Type`, which the appliance does not classify; a
-/// shadow's kind and opacity matter only with `add_shadow=true`). Any
+/// names the kind in `X-Type`, which the appliance does not classify). Any
 /// other value is refused by name, never served as if it were not there.
 /// `semitransparency` is `Form`'s own: its `false` is refused only for cars.
-pub const REMOVE_BG_OPTIONS: &[(&str, &[&str])] = &[
-    ("type_level", &["none", "1", "2", "latest"]),
-    ("add_shadow", &["false"]),
-    ("shadow_type", &["car", "3D", "drop"]),
-];
+pub const REMOVE_BG_OPTIONS: &[(&str, &[&str])] = &[("type_level", &["none", "1", "2", "latest"])];
 
 /// remove.bg's kinds of subject (its `X-Type` values), each taken as a
 /// `type`: `person` is MODNet's, every other kind IS-Net's.

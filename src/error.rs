@@ -98,6 +98,9 @@ fn option_error(field: OptionField) -> (&'static str, &'static str) {
         OptionField::Roi => ("invalid_roi", "Invalid roi"),
         OptionField::Scale => ("invalid_scale", "Invalid scale"),
         OptionField::Position => ("invalid_position", "Invalid position"),
+        OptionField::AddShadow => ("invalid_add_shadow", "Invalid add_shadow"),
+        OptionField::ShadowType => ("invalid_shadow_type", "Invalid shadow_type"),
+        OptionField::ShadowOpacity => ("invalid_shadow_opacity", "Invalid shadow_opacity"),
     }
 }
 

@@ -52,7 +52,6 @@ fn handle(
     let subject = parse_subject(form.subject.as_deref())?;
     let channels = parse_channels(form.channels.as_deref())?;
     check_semitransparency(form.semitransparency.as_deref(), form.subject.as_deref())?;
-    check_shadow_opacity(form.shadow_opacity.as_deref())?;
     let mut finish = parse_finish(&mut form, channels)?;
     let x_type = foreground_type(form.subject.as_deref());
     // The URLs last, once every option is known good.
@@ -256,17 +255,6 @@ fn check_semitransparency(value: Option<&str>, subject: Option<&str>) -> Result<
             value: value.chars().take(64).collect(),
             offered: if car { &["true"] } else { &["true", "false"] },
         }),
-    }
-}
-
-/// remove.bg's `shadow_opacity`, 0 to 100: taken, as the only shadow this
-/// appliance offers is none (`add_shadow=false`).
-fn check_shadow_opacity(value: Option<&str>) -> Result<(), ApiError> {
-    match value.map(|v| v.trim().parse::<u8>()) {
-        None | Some(Ok(0..=100)) => Ok(()),
-        Some(_) => Err(ApiError::InvalidRequest(
-            "shadow_opacity takes a whole number from 0 to 100".into(),
-        )),
     }
 }
 

@@ -48,9 +48,11 @@ pub struct Form {
     /// where the operator allows (`fetch`).
     pub image_url: Option<String>,
     pub bg_image_url: Option<String>,
-    /// remove.bg's `semitransparency` and `shadow_opacity`, checked by
-    /// `http::api`.
+    /// remove.bg's `semitransparency`, checked by `http::api`.
     pub semitransparency: Option<String>,
+    /// remove.bg's shadow (`http::options` reads them).
+    pub add_shadow: Option<String>,
+    pub shadow_type: Option<String>,
     pub shadow_opacity: Option<String>,
     /// The dashboard's Try it form carries its CSRF token here.
     pub csrf: Option<String>,
@@ -94,6 +96,8 @@ impl Form {
             "image_url" => &mut self.image_url,
             "bg_image_url" => &mut self.bg_image_url,
             "semitransparency" => &mut self.semitransparency,
+            "add_shadow" => &mut self.add_shadow,
+            "shadow_type" => &mut self.shadow_type,
             "shadow_opacity" => &mut self.shadow_opacity,
             "image_file_b64" => &mut self.image_file_b64,
             _ => return None,

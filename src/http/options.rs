@@ -5,11 +5,15 @@
 use super::form::Form;
 use crate::domain::Channels;
 use crate::error::{ApiError, OptionField};
-use crate::imaging::{Background, Finish, Format, Length, Margins, Placement, Position, Roi};
+use crate::imaging::{
+    Background, Finish, Format, Length, Margins, Placement, Position, Roi, Shadow, ShadowKind,
+};
 
 /// The most margin a side may have (remove.bg's limits).
 const MAX_MARGIN_PX: f32 = 500.0;
 const MAX_MARGIN_PERCENT: f32 = 50.0;
+/// remove.bg's default `shadow_opacity`.
+const DEFAULT_SHADOW_OPACITY: u8 = 50;
 /// The smallest `scale`: a tenth of the canvas.
 const MIN_SCALE_PERCENT: f32 = 10.0;
 
@@ -52,6 +56,11 @@ pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiEr
             ));
         }
     }
+    let shadow = parse_shadow(
+        form.add_shadow.as_deref(),
+        form.shadow_type.as_deref(),
+        form.shadow_opacity.as_deref(),
+    )?;
     Ok(Finish {
         channels,
         format,
@@ -59,7 +68,41 @@ pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiEr
         crop,
         placement,
         background,
+        shadow,
     })
+}
+
+/// `add_shadow` with its `shadow_type` and `shadow_opacity`, each checked
+/// even where `add_shadow` leaves them unused.
+fn parse_shadow(
+    add: Option<&str>,
+    kind: Option<&str>,
+    opacity: Option<&str>,
+) -> Result<Option<Shadow>, ApiError> {
+    let add = match add.map(str::trim) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(invalid(OptionField::AddShadow, "it takes true or false")),
+    };
+    let kind = match kind.map(str::trim) {
+        None | Some("car" | "3D") => ShadowKind::Ground,
+        Some("drop") => ShadowKind::Drop,
+        Some(_) => return Err(invalid(OptionField::ShadowType, "it takes car, 3D or drop")),
+    };
+    let opacity = match opacity.map(|o| o.trim().parse::<u8>()) {
+        None => DEFAULT_SHADOW_OPACITY,
+        Some(Ok(percent @ 0..=100)) => percent,
+        Some(_) => {
+            return Err(invalid(
+                OptionField::ShadowOpacity,
+                "it takes a whole number from 0 to 100",
+            ))
+        }
+    };
+    Ok(add.then_some(Shadow {
+        kind,
+        opacity: f32::from(opacity) / 100.0,
+    }))
 }
 
 fn invalid(field: OptionField, why: impl Into<String>) -> ApiError {

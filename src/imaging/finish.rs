@@ -8,7 +8,8 @@
 use super::{decode_at_most, png, resize, DecodeError, Extent, Foreground};
 use crate::domain::Channels;
 use crate::error::MAX_PIXELS_OUTPUT;
-use image::{DynamicImage, RgbaImage};
+use image::imageops::{self, FilterType};
+use image::{DynamicImage, GrayImage, Luma, RgbaImage};
 use rayon::prelude::*;
 
 /// The options, parsed (`http::options`).
@@ -21,6 +22,7 @@ pub struct Finish {
     pub crop: Option<Margins>,
     pub placement: Option<Placement>,
     pub background: Option<Background>,
+    pub shadow: Option<Shadow>,
 }
 
 impl Finish {
@@ -124,6 +126,24 @@ pub enum Position {
     At { x: f32, y: f32 },
 }
 
+/// remove.bg's `add_shadow`, as its `shadow_type` and `shadow_opacity` say.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shadow {
+    pub kind: ShadowKind,
+    /// 0 to 1.
+    pub opacity: f32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShadowKind {
+    /// remove.bg's `drop`: the silhouette, softened, behind the subject and
+    /// down to its right, as if lit from the upper left.
+    Drop,
+    /// remove.bg's `3D` and `car`: the silhouette laid flat where the
+    /// subject meets the ground, softened, as if lit from above.
+    Ground,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Background {
     /// RGBA.
@@ -169,6 +189,10 @@ pub fn finish(
 ) -> Result<Finished, FinishError> {
     if let Some(roi) = &finish.roi {
         keep_inside(&mut cut, roi, source);
+    }
+    // Before the crop, which keeps it as part of what is seen.
+    if let Some(shadow) = finish.shadow {
+        cast(&mut cut, shadow);
     }
     let mut subject = foreground_of(&cut);
     if let (Some(margins), Some(box_)) = (&finish.crop, subject) {
@@ -230,6 +254,60 @@ fn keep_inside(cut: &mut RgbaImage, roi: &Roi, source: (u32, u32)) {
             }
         }
     }
+}
+
+/// Puts `shadow` behind the subject: black, its alpha the subject's own
+/// moved (or flattened) and blurred, by sizes relative to the subject's
+/// box so that it looks the same at any resolution.
+fn cast(cut: &mut RgbaImage, shadow: Shadow) {
+    let Some(subject) = foreground_of(cut) else {
+        return;
+    };
+    let (width, height) = cut.dimensions();
+    let size = subject.width.max(subject.height) as f32;
+    let alpha = GrayImage::from_fn(width, height, |x, y| Luma([cut.get_pixel(x, y)[3]]));
+    let (shape, softness) = match shadow.kind {
+        ShadowKind::Drop => {
+            let offset = (size * 0.03).max(1.0) as i64;
+            let mut moved = GrayImage::new(width, height);
+            imageops::replace(&mut moved, &alpha, offset, offset);
+            (moved, size * 0.015)
+        }
+        ShadowKind::Ground => {
+            let flat = (subject.height / 10).max(1);
+            let silhouette = imageops::crop_imm(
+                &alpha,
+                subject.left,
+                subject.top,
+                subject.width,
+                subject.height,
+            )
+            .to_image();
+            let laid = imageops::resize(&silhouette, subject.width, flat, FilterType::Triangle);
+            let mut ground = GrayImage::new(width, height);
+            // Half under the subject's lowest pixels, half in front of them.
+            let top = i64::from(subject.top + subject.height) - i64::from(flat / 2) - 1;
+            imageops::replace(&mut ground, &laid, i64::from(subject.left), top);
+            (ground, size * 0.02)
+        }
+    };
+    drop(alpha);
+    let soft = imageops::fast_blur(&shape, softness.max(0.5));
+    drop(shape);
+    let scale = shadow.opacity.clamp(0.0, 1.0);
+    let width = cut.width() as usize;
+    cut.par_chunks_mut(width * 4)
+        .zip(soft.par_chunks(width))
+        .for_each(|(row, shade)| {
+            for (px, &shade) in row.chunks_exact_mut(4).zip(shade) {
+                let alpha = (f32::from(shade) * scale + 0.5) as u8;
+                // Where no shadow falls, the pixel and its hidden colour stay.
+                if alpha > 0 {
+                    let shaded = over(px.try_into().unwrap(), [0, 0, 0, alpha]);
+                    px.copy_from_slice(&shaded);
+                }
+            }
+        });
 }
 
 /// The box of the pixels seen (`SEEN_FROM`).
@@ -591,6 +669,49 @@ mod tests {
         assert_eq!(image.get_pixel(0, 0).0, [0; 4], "above the photo");
         assert_eq!(image.get_pixel(3, 11).0, [200, 10, 10, 255]);
         assert_eq!(image.get_pixel(2, 10).0[3], 128);
+    }
+
+    #[test]
+    fn a_shadow_darkens_where_it_falls_and_leaves_the_subject_as_it_was() {
+        let subject = |x: u32, y: u32| (30..60).contains(&x) && (20..70).contains(&y);
+        let plain = RgbaImage::from_fn(100, 100, |x, y| match subject(x, y) {
+            true => image::Rgba([200, 10, 10, 255]),
+            false => image::Rgba([90, 90, 90, 0]),
+        });
+        let shadowed = |kind, opacity| {
+            let mut cut = plain.clone();
+            cast(&mut cut, Shadow { kind, opacity });
+            cut
+        };
+        let alpha = |cut: &RgbaImage, x, y| cut.get_pixel(x, y)[3];
+        for kind in [ShadowKind::Ground, ShadowKind::Drop] {
+            assert!(shadowed(kind, 0.0) == plain, "{kind:?} at opacity 0");
+            let cut = shadowed(kind, 1.0);
+            for (x, y, px) in cut.enumerate_pixels() {
+                if subject(x, y) {
+                    assert_eq!(px.0, [200, 10, 10, 255], "{kind:?} covered the subject");
+                } else if px[3] > 0 {
+                    assert_eq!(&px.0[..3], &[0, 0, 0], "{kind:?}: a shadow is black");
+                }
+            }
+            assert_eq!(alpha(&cut, 5, 5), 0, "{kind:?} far from the subject");
+            let half = shadowed(kind, 0.5);
+            let (x, y) = match kind {
+                ShadowKind::Ground => (45, 71),
+                ShadowKind::Drop => (61, 45),
+            };
+            assert!(alpha(&cut, x, y) > 60, "{kind:?}: {}", alpha(&cut, x, y));
+            assert!(alpha(&half, x, y).abs_diff(alpha(&cut, x, y) / 2) <= 1);
+        }
+        let ground = shadowed(ShadowKind::Ground, 1.0);
+        assert_eq!(alpha(&ground, 45, 15), 0, "nothing above the subject");
+        assert_eq!(alpha(&ground, 65, 45), 0, "nor beside it");
+        let drop = shadowed(ShadowKind::Drop, 1.0);
+        assert!(
+            alpha(&drop, 61, 45) > alpha(&drop, 28, 45),
+            "down and to the right"
+        );
+        assert!(alpha(&drop, 45, 71) > alpha(&drop, 45, 18));
     }
 
     #[test]

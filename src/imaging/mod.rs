@@ -16,7 +16,7 @@ mod zip;
 pub use decode::{decode, decode_at_most, decode_reusing, format_of, DecodeError};
 pub use finish::{
     finish, Background, Finish, FinishError, Finished, Format, Length, Margins, Placement,
-    Position, Roi,
+    Position, Roi, Shadow, ShadowKind,
 };
 pub use geometry::{fit_within, output_size, GeometryError};
 pub use parts::keep_main_parts;

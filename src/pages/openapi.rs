@@ -92,9 +92,7 @@ pub fn document(version: &str) -> Value {
         "image_url": { "type": "string", "format": "uri",
             "description": "The photo's URL (http or https) instead of image_file, fetched only from the networks the operator lists in [fetch] allow: 5 s to connect, 10 s to arrive, at most 3 redirects, 10 MB." },
         "semitransparency": { "type": "string", "enum": ["true", "false"], "default": "true",
-            "description": "remove.bg's option: false is refused for the car kinds (remove.bg applies it to car windows alone) and changes nothing for the others." },
-        "shadow_opacity": { "type": "string", "pattern": "^(100|[1-9]?[0-9])$",
-            "description": "remove.bg's option, 0 to 100: changes nothing without add_shadow=true, which is not offered." }
+            "description": "remove.bg's option: false is refused for the car kinds (remove.bg applies it to car windows alone) and changes nothing for the others." }
     });
     for field in OptionField::ALL {
         let takes = field.takes();

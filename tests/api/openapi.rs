@@ -72,7 +72,10 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
         | "invalid_crop_margin"
         | "invalid_roi"
         | "invalid_scale"
-        | "invalid_position" => {
+        | "invalid_position"
+        | "invalid_add_shadow"
+        | "invalid_shadow_type"
+        | "invalid_shadow_opacity" => {
             let field = code.strip_prefix("invalid_").unwrap();
             app.post_form(
                 k,
@@ -113,7 +116,7 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
             k,
             Multipart::new()
                 .file("image_file", &photo)
-                .text("add_shadow", "true"),
+                .text("type_level", "3"),
         ),
         "invalid_image" => app.post_image(k, &photo[..photo.len() / 2], None),
         "image_too_large" => app.post_image(k, &png_header_only(30_000, 30_000), None),

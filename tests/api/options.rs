@@ -86,6 +86,51 @@ fn a_crop_is_the_subjects_box_plus_its_margins_transparent_past_the_photo() {
 }
 
 #[test]
+fn a_shadow_falls_where_the_subject_was_not_in_black_and_leaves_the_subject_as_it_was() {
+    let app = spawn_app();
+    let key = app.account("acme", "business");
+    let (photo, plain, _) = photo_and_plain(&app, &key);
+    let with = |fields: &[(&str, &str)]| cut(&app, &key, &photo, fields).png();
+    let added = |shadowed: &RgbaImage| {
+        let mut fell = 0;
+        for (was, now) in plain.pixels().zip(shadowed.pixels()) {
+            if was[3] == 255 {
+                assert_eq!(was, now, "the subject is left as it was");
+            } else if now[3] > was[3] {
+                assert!(now[0] <= was[0].max(8), "a shadow darkens: {was:?} {now:?}");
+                fell += 1;
+            }
+        }
+        fell
+    };
+    let ground = with(&[("add_shadow", "true")]);
+    let drop = with(&[("add_shadow", "true"), ("shadow_type", "drop")]);
+    let dark = with(&[
+        ("add_shadow", "true"),
+        ("shadow_type", "drop"),
+        ("shadow_opacity", "100"),
+    ]);
+    for (name, shadowed) in [("3D", &ground), ("drop", &drop), ("drop at 100", &dark)] {
+        assert!(added(shadowed) > 50, "{name}: no shadow fell");
+    }
+    assert!(ground != drop, "the kinds differ");
+    let darkness = |image: &RgbaImage| image.pixels().map(|p| u64::from(p[3])).sum::<u64>();
+    assert!(
+        darkness(&dark) > darkness(&drop),
+        "opacity 100 is darker than 50"
+    );
+    // Without add_shadow, or at opacity 0, no shadow.
+    assert_eq!(
+        with(&[("shadow_type", "drop"), ("shadow_opacity", "80")]),
+        plain
+    );
+    assert_eq!(
+        with(&[("add_shadow", "true"), ("shadow_opacity", "0")]),
+        plain
+    );
+}
+
+#[test]
 fn a_background_colour_is_opaque_where_the_matte_was_0_and_auto_makes_it_a_jpeg() {
     let app = spawn_app();
     let key = app.account("acme", "pro");

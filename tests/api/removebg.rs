@@ -138,10 +138,10 @@ fn unknown_fields_and_values_not_served_are_refused_by_name_and_cost_nothing() {
         (vec![("sise", "auto")], "unknown_field"),
         // Named as unknown, not as too long.
         (vec![("image_base64", long.as_str())], "unknown_field"),
-        (vec![("add_shadow", "true")], "unsupported_option"),
+        (vec![("add_shadow", "yes")], "invalid_add_shadow"),
         (vec![("type_level", "3")], "unsupported_option"),
-        (vec![("shadow_type", "flat")], "unsupported_option"),
-        (vec![("shadow_opacity", "101")], "invalid_request"),
+        (vec![("shadow_type", "flat")], "invalid_shadow_type"),
+        (vec![("shadow_opacity", "101")], "invalid_shadow_opacity"),
         (
             vec![("type", "car"), ("semitransparency", "false")],
             "unsupported_option",
