@@ -65,6 +65,11 @@ pub(super) fn cut_out_form(
     mut form: Form,
     client_gone: &dyn Fn() -> bool,
 ) -> Result<TryResult, ApiError> {
+    if form.image_url.is_some() || form.bg_image_url.is_some() {
+        return Err(ApiError::InvalidRequest(
+            "Try it takes the photo and the background as files, not URLs".into(),
+        ));
+    }
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
     let image = form.take_image()?;
