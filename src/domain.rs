@@ -95,10 +95,11 @@ pub enum OptionField {
     AddShadow,
     ShadowType,
     ShadowOpacity,
+    Semitransparency,
 }
 
 impl OptionField {
-    pub const ALL: [OptionField; 12] = [
+    pub const ALL: [OptionField; 13] = [
         OptionField::Format,
         OptionField::BgColor,
         OptionField::BgImageFile,
@@ -111,6 +112,7 @@ impl OptionField {
         OptionField::AddShadow,
         OptionField::ShadowType,
         OptionField::ShadowOpacity,
+        OptionField::Semitransparency,
     ];
 
     /// The form field's name.
@@ -136,6 +138,7 @@ impl OptionField {
             OptionField::AddShadow => ("add_shadow", "false (the default) or true: a shadow behind the subject, black, softened, part of the result's transparency (and of its matte)."),
             OptionField::ShadowType => ("shadow_type", "With add_shadow=true: 3D or car (the default), the silhouette laid flat where the subject meets the ground; drop, the silhouette behind it, down and to the right. Without add_shadow it changes nothing, as at remove.bg."),
             OptionField::ShadowOpacity => ("shadow_opacity", "With add_shadow=true, 0 to 100 (default 50): how dark the shadow is at its darkest."),
+            OptionField::Semitransparency => ("semitransparency", "true (the default) or false: for the car kinds of type, whatever the car encloses (its windows) is made opaque, as remove.bg does; for any other type false changes nothing, as at remove.bg."),
             OptionField::Position => ("position", "original (the default), center, or one or two percentages (horizontal, vertical): where the subject goes in the room the result leaves beside it, 0% left or top, 100% right or bottom."),
         }
     }
@@ -146,7 +149,6 @@ impl OptionField {
 /// remove.bg itself would change nothing on most photos (`type_level` only
 /// names the kind in `X-Type`, which the appliance does not classify). Any
 /// other value is refused by name, never served as if it were not there.
-/// `semitransparency` is `Form`'s own: its `false` is refused only for cars.
 pub const REMOVE_BG_OPTIONS: &[(&str, &[&str])] = &[("type_level", &["none", "1", "2", "latest"])];
 
 /// remove.bg's kinds of subject (its `X-Type` values), each taken as a

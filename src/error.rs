@@ -101,6 +101,7 @@ fn option_error(field: OptionField) -> (&'static str, &'static str) {
         OptionField::AddShadow => ("invalid_add_shadow", "Invalid add_shadow"),
         OptionField::ShadowType => ("invalid_shadow_type", "Invalid shadow_type"),
         OptionField::ShadowOpacity => ("invalid_shadow_opacity", "Invalid shadow_opacity"),
+        OptionField::Semitransparency => ("invalid_semitransparency", "Invalid semitransparency"),
     }
 }
 

@@ -51,7 +51,6 @@ fn handle(
     let size = parse_size(form.size.as_deref())?;
     let subject = parse_subject(form.subject.as_deref())?;
     let channels = parse_channels(form.channels.as_deref())?;
-    check_semitransparency(form.semitransparency.as_deref(), form.subject.as_deref())?;
     let mut finish = parse_finish(&mut form, channels)?;
     let x_type = foreground_type(form.subject.as_deref());
     // The URLs last, once every option is known good.
@@ -240,22 +239,6 @@ fn foreground_type(subject: Option<&str>) -> &'static str {
         .iter()
         .find(|kind| **kind == asked)
         .unwrap_or(&"other")
-}
-
-/// remove.bg's `semitransparency`: `true` (its default), or `false`, which
-/// remove.bg applies to car windows alone. The appliance finds no windows,
-/// so `false` is refused for cars and changes nothing for anything else.
-fn check_semitransparency(value: Option<&str>, subject: Option<&str>) -> Result<(), ApiError> {
-    let car = subject.is_some_and(|s| s.trim().starts_with("car"));
-    match value.map(str::trim) {
-        None | Some("true") => Ok(()),
-        Some("false") if !car => Ok(()),
-        Some(value) => Err(ApiError::UnsupportedOption {
-            name: "semitransparency",
-            value: value.chars().take(64).collect(),
-            offered: if car { &["true"] } else { &["true", "false"] },
-        }),
-    }
 }
 
 pub fn parse_channels(channels: Option<&str>) -> Result<Channels, ApiError> {

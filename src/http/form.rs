@@ -48,7 +48,7 @@ pub struct Form {
     /// where the operator allows (`fetch`).
     pub image_url: Option<String>,
     pub bg_image_url: Option<String>,
-    /// remove.bg's `semitransparency`, checked by `http::api`.
+    /// remove.bg's `semitransparency` (`http::options` reads it).
     pub semitransparency: Option<String>,
     /// remove.bg's shadow (`http::options` reads them).
     pub add_shadow: Option<String>,

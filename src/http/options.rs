@@ -56,6 +56,11 @@ pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiEr
             ));
         }
     }
+    let car = form
+        .subject
+        .as_deref()
+        .is_some_and(|s| s.trim().starts_with("car"));
+    let fill_enclosed = parse_semitransparency(form.semitransparency.as_deref(), car)?;
     let shadow = parse_shadow(
         form.add_shadow.as_deref(),
         form.shadow_type.as_deref(),
@@ -69,7 +74,23 @@ pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiEr
         placement,
         background,
         shadow,
+        fill_enclosed,
     })
+}
+
+/// remove.bg's `semitransparency`: `true` (its default), or `false`, which
+/// remove.bg applies to car windows alone (it changes nothing for other
+/// subjects there, nor here): for the car kinds, what the car encloses is
+/// made opaque.
+fn parse_semitransparency(value: Option<&str>, car: bool) -> Result<bool, ApiError> {
+    match value.map(str::trim) {
+        None | Some("true") => Ok(false),
+        Some("false") => Ok(car),
+        Some(_) => Err(invalid(
+            OptionField::Semitransparency,
+            "it takes true or false",
+        )),
+    }
 }
 
 /// `add_shadow` with its `shadow_type` and `shadow_opacity`, each checked

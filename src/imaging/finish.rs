@@ -23,6 +23,9 @@ pub struct Finish {
     pub placement: Option<Placement>,
     pub background: Option<Background>,
     pub shadow: Option<Shadow>,
+    /// remove.bg's `semitransparency=false` for a car: what the subject
+    /// encloses (a car's windows) is made opaque.
+    pub fill_enclosed: bool,
 }
 
 impl Finish {
@@ -190,6 +193,9 @@ pub fn finish(
     if let Some(roi) = &finish.roi {
         keep_inside(&mut cut, roi, source);
     }
+    if finish.fill_enclosed {
+        fill_enclosed(&mut cut);
+    }
     // Before the crop, which keeps it as part of what is seen.
     if let Some(shadow) = finish.shadow {
         cast(&mut cut, shadow);
@@ -252,6 +258,46 @@ fn keep_inside(cut: &mut RgbaImage, roi: &Roi, source: (u32, u32)) {
             if !(inside_rows && (left..right).contains(&(x as u32))) {
                 px[3] = 0;
             }
+        }
+    }
+}
+
+/// Makes opaque every pixel short of `SOLID` that the subject's solid
+/// pixels enclose, which no path of such pixels joins to the photo's edge:
+/// a car's windows, which show what is behind it. The colours under them
+/// are the photo's, kept under transparent pixels. The soft rim around the
+/// subject touches the background, so it stays as it is.
+fn fill_enclosed(cut: &mut RgbaImage) {
+    const SOLID: u8 = 224;
+    let (width, height) = (cut.width() as usize, cut.height() as usize);
+    let open = |cut: &RgbaImage, i: usize| cut.as_raw()[i * 4 + 3] < SOLID;
+    let mut outside = vec![false; width * height];
+    let mut frontier: Vec<usize> = (0..width)
+        .flat_map(|x| [x, (height - 1) * width + x])
+        .chain((0..height).flat_map(|y| [y * width, y * width + width - 1]))
+        .collect();
+    while let Some(i) = frontier.pop() {
+        if outside[i] || !open(cut, i) {
+            continue;
+        }
+        outside[i] = true;
+        let (x, y) = (i % width, i / width);
+        if x > 0 {
+            frontier.push(i - 1);
+        }
+        if x + 1 < width {
+            frontier.push(i + 1);
+        }
+        if y > 0 {
+            frontier.push(i - width);
+        }
+        if y + 1 < height {
+            frontier.push(i + width);
+        }
+    }
+    for (px, outside) in cut.chunks_exact_mut(4).zip(outside) {
+        if !outside && px[3] < SOLID {
+            px[3] = 255;
         }
     }
 }
@@ -669,6 +715,28 @@ mod tests {
         assert_eq!(image.get_pixel(0, 0).0, [0; 4], "above the photo");
         assert_eq!(image.get_pixel(3, 11).0, [200, 10, 10, 255]);
         assert_eq!(image.get_pixel(2, 10).0[3], 128);
+    }
+
+    #[test]
+    fn what_the_subject_encloses_is_made_opaque_and_its_rim_and_the_rest_stay() {
+        // A frame (a car's body) around a window, a soft rim outside it.
+        let mut cut = RgbaImage::from_fn(60, 40, |x, y| {
+            let within = |m: u32| (10 - m..50 + m).contains(&x) && (10 - m..30 + m).contains(&y);
+            let window = (20..40).contains(&x) && (15..25).contains(&y);
+            match (within(0), within(1), window) {
+                (true, _, true) => image::Rgba([30, 60, 90, 100]),
+                (true, _, false) => image::Rgba([200, 10, 10, 255]),
+                (false, true, _) => image::Rgba([200, 10, 10, 120]),
+                _ => image::Rgba([90, 90, 90, 0]),
+            }
+        });
+        cut.put_pixel(25, 17, image::Rgba([30, 60, 90, 0]));
+        fill_enclosed(&mut cut);
+        assert_eq!(cut.get_pixel(30, 20).0, [30, 60, 90, 255], "the window");
+        assert_eq!(cut.get_pixel(25, 17).0, [30, 60, 90, 255], "all of it");
+        assert_eq!(cut.get_pixel(9, 20).0[3], 120, "the rim");
+        assert_eq!(cut.get_pixel(2, 2).0[3], 0, "the background");
+        assert_eq!(cut.get_pixel(12, 12).0, [200, 10, 10, 255], "the body");
     }
 
     #[test]

@@ -90,9 +90,7 @@ pub fn document(version: &str) -> Value {
         "type": { "type": "string", "enum": types, "default": "auto",
             "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object). remove.bg's other kinds: IS-Net, as general." },
         "image_url": { "type": "string", "format": "uri",
-            "description": "The photo's URL (http or https) instead of image_file, fetched only from the networks the operator lists in [fetch] allow: 5 s to connect, 10 s to arrive, at most 3 redirects, 10 MB." },
-        "semitransparency": { "type": "string", "enum": ["true", "false"], "default": "true",
-            "description": "remove.bg's option: false is refused for the car kinds (remove.bg applies it to car windows alone) and changes nothing for the others." }
+            "description": "The photo's URL (http or https) instead of image_file, fetched only from the networks the operator lists in [fetch] allow: 5 s to connect, 10 s to arrive, at most 3 redirects, 10 MB." }
     });
     for field in OptionField::ALL {
         let takes = field.takes();

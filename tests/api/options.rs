@@ -131,6 +131,48 @@ fn a_shadow_falls_where_the_subject_was_not_in_black_and_leaves_the_subject_as_i
 }
 
 #[test]
+fn semitransparency_false_fills_what_a_car_encloses_and_changes_nothing_for_other_types() {
+    let app = spawn_app();
+    let key = app.account("acme", "business");
+    // A car's body around a window that shows the wall behind it; U2NetP
+    // leaves the window partly transparent.
+    let photo = {
+        let car = image::RgbImage::from_fn(160, 120, |x, y| {
+            let body = (20..140).contains(&x) && (15..105).contains(&y);
+            let window = (34..126).contains(&x) && (29..91).contains(&y);
+            match (body, window) {
+                (true, false) => image::Rgb([200, 20, 20]),
+                _ => image::Rgb([235, 235, 235]),
+            }
+        });
+        encode(&car.into(), image::ImageFormat::Png)
+    };
+    let with = |fields: &[(&str, &str)]| cut(&app, &key, &photo, fields).png();
+    let car = with(&[("type", "car")]);
+    let filled = with(&[("type", "car"), ("semitransparency", "false")]);
+    let mut opaque_now = 0;
+    for (was, now) in car.pixels().zip(filled.pixels()) {
+        assert!(now[3] >= was[3], "only ever more opaque");
+        opaque_now += usize::from(was[3] < 224 && now[3] == 255);
+    }
+    assert!(
+        opaque_now > 100,
+        "the window is filled: {opaque_now} pixels"
+    );
+    assert_eq!(filled.get_pixel(80, 57)[3], 255, "the window");
+    assert_eq!(
+        filled.get_pixel(5, 5)[3],
+        car.get_pixel(5, 5)[3],
+        "not the wall around"
+    );
+    let product = with(&[("type", "product")]);
+    assert_eq!(
+        with(&[("type", "product"), ("semitransparency", "false")]),
+        product
+    );
+}
+
+#[test]
 fn a_background_colour_is_opaque_where_the_matte_was_0_and_auto_makes_it_a_jpeg() {
     let app = spawn_app();
     let key = app.account("acme", "pro");
