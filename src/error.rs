@@ -236,6 +236,24 @@ impl ApiError {
         }
     }
 
+    /// The form field the error is about, where it is about one: JSON:API's
+    /// `source.parameter`, so that a client can point at the field.
+    pub fn field(&self) -> Option<&str> {
+        use ApiError::*;
+        Some(match self {
+            MissingImageFile { .. } => "image_file",
+            UnknownField(name) => name,
+            InvalidImageFileB64(_) => "image_file_b64",
+            UnsupportedOption { name, .. } => name,
+            InvalidSize => "size",
+            InvalidType => "type",
+            InvalidChannels => "channels",
+            InvalidOption { field, .. } => field.name(),
+            Fetch { field, .. } => field,
+            _ => return None,
+        })
+    }
+
     /// Seconds after which a retry makes sense, for the `Retry-After` header.
     pub fn retry_after(&self) -> Option<u32> {
         match self {

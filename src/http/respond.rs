@@ -76,12 +76,18 @@ pub fn error(e: &ApiError) -> Body {
     error_on(e, Routes::Contract)
 }
 
-/// The error in remove.bg's body, `{"errors": [{title, code, detail}]}`.
+/// The error in remove.bg's body, `{"errors": [{title, code, detail}]}`,
+/// with `source.parameter` naming the field where it is about one.
 pub fn error_on(e: &ApiError, routes: Routes) -> Body {
-    let body = serde_json::json!({
-        "errors": [{ "title": e.title(), "code": e.code(), "detail": e.detail() }]
-    });
-    let mut response = json(status_on(e, routes), &body);
+    let mut error =
+        serde_json::json!({ "title": e.title(), "code": e.code(), "detail": e.detail() });
+    if let Some(field) = e.field() {
+        error["source"] = serde_json::json!({ "parameter": field });
+    }
+    let mut response = json(
+        status_on(e, routes),
+        &serde_json::json!({ "errors": [error] }),
+    );
     if let Some(secs) = e.retry_after() {
         response.add_header(header("Retry-After", secs));
     }

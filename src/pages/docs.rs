@@ -183,7 +183,7 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
         }
         section {
             h2 { "Errors" }
-            p { "Every error is JSON, " code { "{\"errors\": [{\"title\": …, \"code\": …, \"detail\": …}]}" } ", and costs nothing." }
+            p { "Every error is JSON, " code { "{\"errors\": [{\"title\": …, \"code\": …, \"detail\": …}]}" } ", with " code { "source.parameter" } " naming the form field where one is at fault, and costs nothing." }
             div.scroll {
                 table {
                     thead { tr { th.num { "Status" } th { "Code" } th { "When" } } }

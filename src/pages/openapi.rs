@@ -158,7 +158,9 @@ pub fn document(version: &str) -> Value {
                         "properties": {
                             "title": { "type": "string" },
                             "code": { "type": "string", "enum": REMOVE_BG_ERRORS.iter().map(|e| e.code).collect::<Vec<_>>() },
-                            "detail": { "type": "string" }
+                            "detail": { "type": "string" },
+                            "source": { "type": "object", "description": "Where a form field is at fault, the field.",
+                                "properties": { "parameter": { "type": "string" } } }
                         }
                     } } }
                 }

@@ -163,6 +163,8 @@ fn unknown_fields_and_values_not_served_are_refused_by_name_and_cost_nothing() {
                 reply.text()
             );
             assert!(reply.text().contains(named), "{}", reply.text());
+            let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+            assert_eq!(body["errors"][0]["source"]["parameter"], named);
         }
         let urlencoded: String = form_urlencoded::Serializer::new(String::new())
             .append_pair("image_file_b64", &b64(&jpeg(64, 48)))
