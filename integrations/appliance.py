@@ -51,6 +51,10 @@ class Appliance:
         self._server.stderr.close()
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def images_charged(self) -> str:
+        """This month's count for the booth's account, as `cutout usage` prints it."""
+        return self._cli("usage", "booth").split(": ")[1].strip()
+
     def _cli(self, *args: str) -> str:
         done = subprocess.run([BINARY, "--data-dir", self.data_dir, *args], capture_output=True, text=True,
                               env=dict(os.environ, RUST_LOG="warn"))
@@ -119,3 +123,42 @@ class NotAnAppliance:
     def __exit__(self, *_):
         self._server.shutdown()
         self._server.server_close()
+
+
+class Fallbacks:
+    """The failures a plugin must survive by doing what its program does
+    without it, one test each; mixed into a unittest.TestCase that says how
+    an operator points the plugin at an appliance (`point_at`) and checks
+    that the program's own result came, with one line logged that says
+    `why` (`assert_programs_own_result`). `appliance` is the one running;
+    `another_certificate` is how the plugin words a pin that does not match."""
+
+    appliance: Appliance
+    another_certificate: str
+
+    def test_falls_back_when_the_appliance_is_down(self):
+        self.point_at(f"https://127.0.0.1:{free_port()}", self.appliance.key, self.appliance.fingerprint)
+        self.assert_programs_own_result("Connection refused")
+
+    def test_falls_back_when_the_appliance_does_not_answer_in_time(self):
+        import socket
+
+        with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never answers
+            address = f"https://127.0.0.1:{silent.getsockname()[1]}"
+            self.point_at(address, self.appliance.key, self.appliance.fingerprint, timeout=1)
+            self.assert_programs_own_result("timed out")
+
+    def test_falls_back_when_the_key_is_refused(self):
+        self.point_at(self.appliance.https_url, "ck_" + "0" * 40, self.appliance.fingerprint)
+        self.assert_programs_own_result("HTTP 401")
+
+    def test_falls_back_when_the_certificate_is_not_the_pinned_one(self):
+        before = self.appliance.images_charged()
+        self.point_at(self.appliance.https_url, self.appliance.key, other_fingerprint(self.appliance.fingerprint))
+        self.assert_programs_own_result(self.another_certificate)
+        self.assertEqual(self.appliance.images_charged(), before, "the photo was not sent")
+
+    def test_falls_back_when_the_answer_is_not_a_cutout(self):
+        with NotAnAppliance() as address:
+            self.point_at(address, self.appliance.key, "")
+            self.assert_programs_own_result("the answer is not an image")
