@@ -363,6 +363,7 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn every_kind_remove_bg_reports_is_a_type_person_modnets_the_rest_isnets() {
@@ -375,7 +376,6 @@ mod tests {
         }
         assert_eq!(SubjectType::parse("truck"), None);
     }
-    use proptest::prelude::*;
 
     #[test]
     fn months_roll_over_at_utc_midnight_on_the_first() {

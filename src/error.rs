@@ -191,9 +191,6 @@ impl ApiError {
             UnknownField(name) => format!(
                 "The form has a field named {name:?}, which this API does not know; the fields it takes are in /docs."
             ),
-            UnsupportedOption { name, offered: [], .. } => format!(
-                "{name} is a remove.bg option this appliance does not offer; send the request without it."
-            ),
             UnsupportedOption { name, value, offered } => format!(
                 "{name}={value:?} is a remove.bg option value this appliance does not offer; it takes {name}={:?} (what it does anyway), or no {name} at all.",
                 offered[0]
@@ -201,7 +198,7 @@ impl ApiError {
             InvalidSize => "size must be one of auto, preview, full (or remove.bg's small, regular, medium, hd, 4k, 50MP).".into(),
             InvalidChannels => "channels must be rgba (the cut-out) or alpha (its matte alone, in grey).".into(),
             InvalidOption { field, why } => format!("{}: {why}.", field.name()),
-            InvalidType => "type must be one of auto, person, general (or remove.bg's product, car).".into(),
+            InvalidType => "type must be one of auto, person, general, or one of remove.bg's kinds (product, animal, car, car_interior, car_part, transportation, graphics, other).".into(),
             InvalidImage(why) => format!("The image could not be decoded: {why}."),
             ImageTooLarge { width, height, most } if *most < MAX_PIXELS_DECODED => format!(
                 "The image is {width}x{height}; this appliance takes at most {most} pixels, what its board's memory holds."

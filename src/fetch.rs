@@ -50,19 +50,20 @@ pub fn fetch(allow: &[IpNet], url: &str, most: u64) -> Result<Vec<u8>, FetchErro
     }
     let mut url = Url::parse(url.trim()).map_err(|_| FetchError::NotHttp)?;
     let deadline = Instant::now() + CONNECT_TIMEOUT + READ_TIMEOUT;
+    let refused = Arc::new(Mutex::new(None));
+    // Redirects are followed here, so that each hop's URL is checked too.
+    let agent = ureq::AgentBuilder::new()
+        .redirects(0)
+        .timeout_connect(CONNECT_TIMEOUT)
+        .resolver(Checked {
+            allow: allow.to_vec(),
+            refused: refused.clone(),
+        })
+        .build();
     for _ in 0..=MAX_REDIRECTS {
         if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
             return Err(FetchError::NotHttp);
         }
-        let refused = Arc::new(Mutex::new(None));
-        let agent = ureq::AgentBuilder::new()
-            .redirects(0)
-            .timeout_connect(CONNECT_TIMEOUT)
-            .resolver(Checked {
-                allow: allow.to_vec(),
-                refused: refused.clone(),
-            })
-            .build();
         let left = deadline.saturating_duration_since(Instant::now());
         let answer = agent.request_url("GET", &url).timeout(left).call();
         if let Some(refusal) = refused.lock().unwrap().take() {

@@ -334,15 +334,6 @@ fn read_chunk(body: &mut impl Read) -> Feed {
 async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Form, ApiError> {
     let mut form = Form::default();
     while let Some(mut field) = multipart.next_field().await.map_err(from_multer)? {
-        // An option offered at no value (image_url among them) is refused
-        // before its part is read.
-        if let Some((name, offered @ [])) = field.name().and_then(remove_bg_option) {
-            return Err(ApiError::UnsupportedOption {
-                name,
-                value: String::new(),
-                offered,
-            });
-        }
         let name = field.name().map(str::to_owned);
         match name.as_deref() {
             Some(name @ ("image_file" | "bg_image_file")) => {

@@ -127,7 +127,7 @@ mod tests {
                 UnsupportedOption {
                     name: "x",
                     value: "y".into(),
-                    offered: &[],
+                    offered: &["none"],
                 },
                 InvalidSize,
                 InvalidType,

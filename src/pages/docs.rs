@@ -14,8 +14,6 @@ pub struct Documented {
     pub when: &'static str,
 }
 
-/// What `POST /api/remove-bg` can answer besides 200, in the order the docs
-/// show it. A unit test keeps it in step with `describe`.
 /// Every field of remove.bg's `POST /v1.0/removebg`, and what the
 /// appliance does with it; a unit test in `http::form` holds that the form
 /// knows each.
@@ -42,13 +40,15 @@ pub const REMOVE_BG_FIELDS: &[(&str, &str)] = &[
     ("bg_image_file", "Served."),
 ];
 
+/// What `POST /api/remove-bg` can answer besides 200, in the order the docs
+/// show it. A unit test keeps it in step with `describe`.
 pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "missing_image_file", title: "Missing image file", when: "The form has no image_file part; the detail names a file part sent under another name (file, image, photo)." },
     Documented { status: 400, code: "unknown_field", title: "Unknown field", when: "The form has a field this API does not know; the detail names it." },
     Documented { status: 400, code: "invalid_image_file_b64", title: "Invalid image_file_b64", when: "image_file_b64 is not standard base64 (a data: URL's head and line breaks are allowed)." },
     Documented { status: 400, code: "unsupported_option", title: "Unsupported option", when: "type_level at a value remove.bg does not take (none, 1, 2, latest). The detail names it." },
     Documented { status: 400, code: "invalid_size", title: "Invalid size", when: "size is not auto, preview or full, nor one of remove.bg's names (small, regular, medium, hd, 4k, 50MP)." },
-    Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general, nor one of remove.bg's (product, car)." },
+    Documented { status: 400, code: "invalid_type", title: "Invalid type", when: "type is not auto, person or general, nor one of remove.bg's kinds (product, animal, car, car_interior, car_part, transportation, graphics, other)." },
     Documented { status: 400, code: "invalid_channels", title: "Invalid channels", when: "channels is not rgba or alpha." },
     Documented { status: 400, code: "invalid_format", title: "Invalid format", when: "format is not auto, png, jpg, webp or zip; or zip with channels=alpha; or the result is wider or taller than the format holds (JPEG 65535, WEBP 16383 pixels)." },
     Documented { status: 400, code: "invalid_bg_color", title: "Invalid bg_color", when: "bg_color is not a hex colour (81d4fa, fff, #81d4fa80) or a CSS colour name; or it comes with bg_image_file or channels=alpha." },
@@ -173,7 +173,7 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                 li { code { "X-Width" } ", " code { "X-Height" } ": the result's size in pixels." }
                 li { code { "X-Model" } ": the model that made the matte (" code { "modnet" } " where " code { "auto" } " kept MODNet's second opinion)." }
                 li { code { "X-RateLimit-Limit" } ", " code { "X-RateLimit-Remaining" } ", " code { "X-RateLimit-Reset" } " (Unix time): on plans with a monthly limit." }
-                li { code { "X-Type" } ": remove.bg's kind of subject: the " code { "type" } " asked for where it names one (person, product, car), else " code { "other" } "." }
+                li { code { "X-Type" } ": remove.bg's kind of subject: the " code { "type" } " asked for where it names one of remove.bg's kinds, else " code { "other" } "." }
                 li { code { "X-Foreground-Top" } ", " code { "-Left" } ", " code { "-Width" } ", " code { "-Height" } ": the box of the subject's pixels at least 3% opaque, in the result; " code { "X-Credits-Charged" } ": 1." }
                 li { code { "Server-Timing" } ": milliseconds spent on each step: " code { "queue" } ", " code { "decode" } ", " code { "prepare" } ", " code { "model" } ", " code { "compose" } " (the matte at full size, the cut-out and its PNG, made together); " code { "blend-prepare" } " and " code { "blend-model" } " for " code { "type=auto" } "'s other views; " code { "second-prepare" } " and " code { "second-model" } " where a second opinion was asked; " code { "finish" } " where output options (" code { "format" } ", " code { "crop" } ", ...) were asked." }
             }

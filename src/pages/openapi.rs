@@ -21,7 +21,7 @@ pub fn document(version: &str) -> Value {
                 "X-Foreground-Left": { "schema": { "type": "integer" }, "description": "The box's left column." },
                 "X-Foreground-Width": { "schema": { "type": "integer" }, "description": "The box's width." },
                 "X-Foreground-Height": { "schema": { "type": "integer" }, "description": "The box's height." },
-                "X-Type": { "schema": { "type": "string", "enum": ["person", "product", "car", "other"] }, "description": "remove.bg's kind of subject: the type asked for where it names one (person, product, car), else other (the appliance does not classify the subject)." },
+                "X-Type": { "schema": { "type": "string", "enum": REMOVE_BG_TYPES }, "description": "remove.bg's kind of subject: the type asked for where it names one of remove.bg's kinds, else other (the appliance does not classify the subject)." },
                 "X-RateLimit-Limit": { "schema": { "type": "integer" }, "description": "Images a month (plans with a monthly limit only)." },
                 "X-RateLimit-Remaining": { "schema": { "type": "integer" }, "description": "Images left this month (plans with a monthly limit only)." },
                 "X-RateLimit-Reset": { "schema": { "type": "integer" }, "description": "Unix time the count resets: the next UTC month (plans with a monthly limit only)." },
