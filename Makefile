@@ -130,6 +130,11 @@ e2e: models
 	node tests/e2e/removebg-client.mjs target/debug/cutout
 	$(MAKE) test-clients
 
+# $(call pinned_venv,REQUIREMENTS,VENV): VENV made from REQUIREMENTS (exact
+# versions, --no-deps), and made again only when the list changes.
+pinned_venv = cmp -s $(1) $(2)/requirements.txt || { rm -rf $(2) && python3 -m venv $(2) && \
+	$(2)/bin/pip install -q --disable-pip-version-check --no-deps -r $(1) && cp $(1) $(2)/; }
+
 # remove.bg's published Python clients from PyPI (tests/clients/requirements.txt,
 # exact versions, --no-deps) against the appliance, unchanged but for its
 # address: their calls, their typed errors, image_url from a server allowed.
@@ -137,11 +142,7 @@ e2e: models
 CLIENTS_VENV := target/clients
 test-clients:
 	@test -x $(TEST_APPLIANCE_BINARY) || $(CARGO) test --workspace --no-run
-	cmp -s tests/clients/requirements.txt $(CLIENTS_VENV)/requirements.txt || { \
-		rm -rf $(CLIENTS_VENV) && python3 -m venv $(CLIENTS_VENV) && \
-		$(CLIENTS_VENV)/bin/pip install -q --disable-pip-version-check --no-deps \
-			-r tests/clients/requirements.txt && \
-		cp tests/clients/requirements.txt $(CLIENTS_VENV)/; }
+	$(call pinned_venv,tests/clients/requirements.txt,$(CLIENTS_VENV))
 	TEST_APPLIANCE_BINARY=$(TEST_APPLIANCE_BINARY) $(CLIENTS_VENV)/bin/python -P tests/clients/test_removebg_clients.py
 
 # The booth programs' plugins (integrations/README.md) in the real programs
@@ -157,11 +158,7 @@ test-integrations: models
 	@test -x $(TEST_APPLIANCE_BINARY) || $(CARGO) test --workspace --no-run
 	for program in photobooth-app pibooth; do \
 		venv=target/integrations/$$program; \
-		cmp -s integrations/$$program/requirements.txt $$venv/requirements.txt || { \
-			rm -rf $$venv && python3 -m venv $$venv && \
-			$$venv/bin/pip install -q --disable-pip-version-check --no-deps \
-				-r integrations/$$program/requirements.txt && \
-			cp integrations/$$program/requirements.txt $$venv/; } || exit 1; \
+		$(call pinned_venv,integrations/$$program/requirements.txt,$$venv) || exit 1; \
 		$$venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
 			--force-reinstall ./integrations/$$program && \
 		TEST_APPLIANCE_BINARY=$(TEST_APPLIANCE_BINARY) $$venv/bin/python -P integrations/$$program/test_*.py || exit 1; \
