@@ -202,6 +202,60 @@ fn the_dashboard_answers_only_to_its_own_names() {
     );
 }
 
+/// RFC 9112's absolute-form, as a client set up for a proxy sends it: the
+/// target's path is served, and its authority is the Host the dashboard's
+/// rules see (a Host header beside it is ignored, as the RFC says).
+#[test]
+fn an_absolute_url_as_the_target_is_served_as_its_path_with_its_host_checked() {
+    let app = spawn_app_with(cutout::EngineSource::Ready(u2netp()), |s| {
+        s.allowed_hosts = vec!["booth.example.lan".into()];
+    });
+    let key = app.account("booth", "pro");
+    let send = |target: &str, host: &str, extra: &str, body: &[u8]| {
+        let mut raw = format!(
+            "{target} HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        raw.extend_from_slice(body);
+        send_raw(app.addr, &raw)
+    };
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(64, 48));
+    let extra = format!(
+        "X-Api-Key: {key}\r\nContent-Type: {}\r\n",
+        form.content_type()
+    );
+    let cut = send(
+        &format!("POST http://{}/api/remove-bg", app.addr),
+        "ignored.example",
+        &extra,
+        &form.body(),
+    );
+    assert_eq!(cut.status, 200, "{}", cut.text());
+    assert_eq!(cut.header("content-type"), Some("image/png"));
+    assert_eq!(app.used("booth"), 1);
+    let page = |target: &str, host: &str| send(&format!("GET {target}"), host, "", b"").status;
+    assert_eq!(
+        page("http://booth.example.lan/login", "rebound.attacker.example"),
+        200
+    );
+    assert_eq!(
+        page("HTTP://rebound.attacker.example/login", "booth.example.lan"),
+        421
+    );
+    assert_eq!(
+        page("http://booth.example.lan", "x"),
+        303,
+        "the root, signed out"
+    );
+    assert_eq!(page("http:///login", "booth.example.lan"), 400);
+    assert_eq!(
+        page("http://user@booth.example.lan/login", "booth.example.lan"),
+        400
+    );
+}
+
 #[test]
 fn a_form_posted_from_another_sites_page_is_refused() {
     let app = spawn_app();

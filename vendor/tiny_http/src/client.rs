@@ -354,12 +354,69 @@ fn parse_head(head: &[u8]) -> Result<Head, ReadError> {
             ));
         }
     }
-    Ok((method, path.to_owned(), version, headers))
+    let (path, headers) = origin_form(path, headers)?;
+    Ok((method, path, version, headers))
+}
+
+/// cutout patch 10: an absolute-form target (`http://host/path`, RFC 9112
+/// section 3.2.2) becomes its path, and its authority the Host header, in
+/// place of any sent: the server is to use the target's host and ignore
+/// the header, so every rule about Host applies to it.
+fn origin_form(path: &str, mut headers: Vec<Header>) -> Result<(String, Vec<Header>), ReadError> {
+    let scheme_end = ["http://", "https://"].iter().find_map(|scheme| {
+        let start = path.get(..scheme.len())?;
+        start.eq_ignore_ascii_case(scheme).then_some(scheme.len())
+    });
+    let Some(scheme_end) = scheme_end else {
+        return Ok((path.to_owned(), headers));
+    };
+    let rest = &path[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, target) = rest.split_at(authority_end);
+    if authority.is_empty() || authority.contains('@') {
+        return Err(ReadError::Malformed(
+            "An absolute request target needs a host, without user information.",
+        ));
+    }
+    let target = match target.chars().next() {
+        Some('/') => target.to_owned(),
+        _ => format!("/{target}"),
+    };
+    headers.retain(|h| !h.field.equiv("Host"));
+    let value = AsciiString::from_ascii(authority).map_err(|_| ReadError::Malformed(MALFORMED))?;
+    headers.push(Header {
+        field: "Host".parse().map_err(|_| ReadError::Malformed(MALFORMED))?,
+        value,
+    });
+    Ok((target, headers))
 }
 
 #[cfg(test)]
 mod test {
     use super::{parse_head, ReadError};
+
+    #[test]
+    fn an_absolute_target_is_its_path_and_its_authority_the_host() {
+        for (target, path) in [
+            ("http://booth.local:8080/api/remove-bg", "/api/remove-bg"),
+            ("HTTPS://booth.local/a?x=1", "/a?x=1"),
+            ("http://booth.local", "/"),
+            ("http://booth.local?x", "/?x"),
+        ] {
+            let head = format!("POST {target} HTTP/1.1\r\nHost: elsewhere\r\n\r\n");
+            let (_, parsed, _, headers) = parse_head(head.as_bytes()).unwrap();
+            assert_eq!(parsed, path, "{target}");
+            let hosts: Vec<&str> = headers
+                .iter()
+                .filter(|h| h.field.equiv("Host"))
+                .map(|h| h.value.as_str())
+                .collect();
+            let authority = target.split('/').nth(2).unwrap().split('?').next().unwrap();
+            assert_eq!(hosts, [authority], "{target}");
+        }
+        assert!(refused("GET http:///a HTTP/1.1\r\n\r\n").contains("needs a host"));
+        assert!(refused("GET http://user@h/a HTTP/1.1\r\n\r\n").contains("needs a host"));
+    }
 
     fn refused(head: &str) -> &'static str {
         match parse_head(head.as_bytes()) {
