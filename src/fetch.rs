@@ -26,16 +26,21 @@ pub enum FetchError {
     NoneAllowed,
     #[error("not an http or https URL")]
     NotHttp,
-    #[error("{host} is at {address}, which is not allowed")]
-    Refused { host: String, address: IpAddr },
-    #[error("{0} cannot be resolved")]
-    Unresolved(String),
+    /// Every refusal of a host says the same, whatever its name resolved
+    /// to or whether it did: the answer is no map of the appliance's network.
+    #[error("{host} is not on a network this appliance fetches from")]
+    Refused { host: String },
     #[error("more than {MAX_REDIRECTS} redirects")]
     TooManyRedirects,
     #[error("it answered {0}")]
     Status(u16),
     #[error("it is over {0} bytes")]
     TooLarge(u64),
+    #[error("it came with Content-Encoding: {0}, which is not undone here")]
+    Encoded(String),
+    /// Found by the caller, which knows what a photo is.
+    #[error("what it sent is not a JPEG, PNG or WEBP image")]
+    NotAnImage,
     #[error("{0}")]
     Failed(String),
 }
@@ -75,7 +80,13 @@ pub fn fetch(allow: &[IpNet], url: &str, most: u64) -> Result<Vec<u8>, FetchErro
             Err(ureq::Error::Transport(e)) => return Err(FetchError::Failed(transport(&e))),
         };
         match response.status() {
-            200 => return read_body(response, most),
+            200 => {
+                let encoding = response.header("Content-Encoding");
+                if let Some(e) = encoding.filter(|e| !e.eq_ignore_ascii_case("identity")) {
+                    return Err(FetchError::Encoded(e.to_owned()));
+                }
+                return read_body(response, most);
+            }
             301 | 302 | 303 | 307 | 308 => {
                 let location = response
                     .header("Location")
@@ -150,14 +161,16 @@ impl ureq::Resolver for Checked {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
-        let refuse = |why: FetchError| {
-            let message = why.to_string();
-            *self.refused.lock().unwrap() = Some(why);
+        let refuse = |why: String| {
+            log::info!("not fetched from {netloc}: {why}");
+            let refusal = FetchError::Refused { host: host.clone() };
+            let message = refusal.to_string();
+            *self.refused.lock().unwrap() = Some(refusal);
             Err(std::io::Error::other(message))
         };
         let addresses = match resolve(netloc) {
             Some(addresses) if !addresses.is_empty() => addresses,
-            _ => return refuse(FetchError::Unresolved(host)),
+            _ => return refuse("it cannot be resolved".into()),
         };
         let (allowed, refused): (Vec<_>, Vec<_>) = addresses
             .into_iter()
@@ -165,10 +178,7 @@ impl ureq::Resolver for Checked {
         // Only the allowed ones are connected to (localhost's 127.0.0.1,
         // where 127.0.0.1/32 is allowed and its ::1 is not).
         match (allowed.is_empty(), refused.first()) {
-            (true, Some(address)) => refuse(FetchError::Refused {
-                host,
-                address: address.ip(),
-            }),
+            (true, Some(address)) => refuse(format!("it is at {}, not allowed", address.ip())),
             _ => Ok(allowed),
         }
     }

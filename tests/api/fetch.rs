@@ -138,16 +138,38 @@ fn addresses_not_allowed_are_refused_directly_after_a_redirect_and_through_dns()
     let key = app.account("booth", "pro");
     let photo = post(&app, &key, &[("image_url", &camera.url("/photo.jpg"))]);
     assert_eq!(photo.status, 200, "{}", photo.text());
+    // One message for every refusal, whatever the name resolved to or
+    // whether it did: no map of the appliance's network.
+    let unresolvable = "http://no-such-camera.invalid/photo.jpg".to_owned();
+    let mut details = Vec::new();
     for url in [
         secret.clone(),
         by_name.clone(),
         camera.url("/to-address"),
         camera.url("/to-name"),
+        unresolvable,
     ] {
         let reply = post(&app, &key, &[("image_url", &url)]);
         refused(&reply, "url_not_allowed");
-        assert!(reply.text().contains("127.0.0.1") || reply.text().contains("::1"));
+        let detail = reply.error_detail();
+        assert!(
+            !detail.contains("::1") && !detail.contains("resolv"),
+            "{detail}"
+        );
+        let host = url.split('/').nth(2).unwrap().split(':').next().unwrap();
+        let host = if url.contains("/to-name") {
+            "localhost"
+        } else {
+            host
+        };
+        let host = if url.contains("/to-address") {
+            "127.0.0.1"
+        } else {
+            host
+        };
+        details.push(detail.replace(host, "HOST"));
     }
+    assert!(details.windows(2).all(|w| w[0] == w[1]), "{details:#?}");
     // Every address but loopback's own kind.
     let everywhere = allowing(&["0.0.0.0/0", "::/0"]);
     let key = everywhere.account("booth", "pro");
@@ -166,6 +188,11 @@ fn a_fetch_that_fails_says_why_and_costs_nothing() {
         ("/huge.jpg", Answer::File(vec![0xFF; 10 * 1024 * 1024 + 1])),
         ("/hop3", Answer::Redirect("/photo.jpg".into())),
         ("/photo.jpg", Answer::File(jpeg(32, 32))),
+        ("/zipped.jpg", Answer::Gzipped(jpeg(32, 32))),
+        (
+            "/page.html",
+            Answer::File(b"<html>camera offline</html>".to_vec()),
+        ),
     ];
     for (from, to) in [("/hop0", "/hop1"), ("/hop1", "/hop2"), ("/hop2", "/hop3")] {
         routes.push((from, Answer::Redirect(to.into())));
@@ -185,10 +212,17 @@ fn a_fetch_that_fails_says_why_and_costs_nothing() {
         ),
         ("file:///etc/passwd".into(), "not an http or https URL"),
         ("http://127.0.0.1:1/photo.jpg".into(), "no connection"),
+        (camera.url("/zipped.jpg"), "Content-Encoding: gzip"),
+        (camera.url("/page.html"), "not a JPEG, PNG or WEBP"),
     ] {
         let reply = post(&app, &key, &[("image_url", &url)]);
         refused(&reply, "url_fetch_failed");
         assert!(reply.text().contains(says), "{url}: {}", reply.text());
+        assert!(
+            reply.error_detail().starts_with("image_url "),
+            "{}",
+            reply.text()
+        );
     }
     assert_eq!(app.used("booth"), 1);
 }

@@ -179,6 +179,13 @@ impl Reply {
         e["code"].as_str().unwrap().to_owned()
     }
 
+    /// The detail of a JSON error body.
+    pub fn error_detail(&self) -> String {
+        self.error_code();
+        let v: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
+        v["errors"][0]["detail"].as_str().unwrap().to_owned()
+    }
+
     pub fn png(&self) -> image::RgbaImage {
         assert_eq!(self.status, 200, "{}", String::from_utf8_lossy(&self.body));
         assert_eq!(self.header("content-type"), Some("image/png"));

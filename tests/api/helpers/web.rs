@@ -21,6 +21,8 @@ pub enum Answer {
     Silent,
     /// Declares `.0` bytes and sends one a second.
     Drip(usize),
+    /// The file gzipped, with `Content-Encoding: gzip`.
+    Gzipped(Vec<u8>),
 }
 
 pub struct WebServer {
@@ -79,6 +81,16 @@ fn respond(request: tiny_http::Request, answer: Answer) {
         Answer::Status(code) => request.respond(tiny_http::Response::empty(code)),
         Answer::Redirect(to) => {
             request.respond(tiny_http::Response::empty(302).with_header(header("Location", &to)))
+        }
+        Answer::Gzipped(bytes) => {
+            use std::io::Write;
+            let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gzip.write_all(&bytes).unwrap();
+            let body = gzip.finish().unwrap();
+            request.respond(
+                tiny_http::Response::from_data(body)
+                    .with_header(header("Content-Encoding", "gzip")),
+            )
         }
         Answer::Silent => {
             thread::sleep(Duration::from_secs(60));
