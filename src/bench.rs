@@ -492,10 +492,10 @@ pub fn measure_one(
     let mut took = f64::MAX;
     for _ in 0..runs {
         let started = Instant::now();
-        let place = pipeline.queue.join(0).expect("an empty queue has room");
+        let mut place = pipeline.queue.join(0).expect("an empty queue has room");
         pipeline
             .cut_out(
-                place,
+                &mut place,
                 &bytes,
                 SizeMode::Auto,
                 SubjectType::Auto,

@@ -587,9 +587,16 @@ fn remove(
         };
         let bytes = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
         let started = Instant::now();
-        let place = pipeline.queue.join(0).expect("an empty queue has room");
+        let mut place = pipeline.queue.join(0).expect("an empty queue has room");
         let cut = pipeline
-            .cut_out(place, &bytes, size, subject, &Finish::default(), &|| false)
+            .cut_out(
+                &mut place,
+                &bytes,
+                size,
+                subject,
+                &Finish::default(),
+                &|| false,
+            )
             .map_err(|e| anyhow!("{}: {}: {}", input.display(), e.code(), e.detail()))?;
         let took = started.elapsed();
         std::fs::write(&output, &cut.bytes)

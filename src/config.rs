@@ -44,6 +44,10 @@ pub struct Settings {
     pub upload_buffer: u64,
     /// The most pixels a photo may decode to (`image_too_large` past it).
     pub max_pixels: u64,
+    /// Bytes the requests at work may hold at once beyond the idle server,
+    /// each reserved at its peak before its photo is decoded
+    /// (`pipeline::memory`); `u64::MAX` where no board or setting bounds it.
+    pub memory_budget: u64,
     /// Read and write timeout of every client socket.
     pub socket_timeout: Duration,
     /// How long a client has to send a request head whole, however slowly
@@ -317,6 +321,7 @@ pub struct ServerConfig {
     pub queue_capacity: Option<usize>,
     pub upload_buffer_mib: Option<u64>,
     pub max_megapixels: Option<u64>,
+    pub memory_budget_mib: Option<u64>,
     pub inference_workers: Option<usize>,
     pub socket_timeout_secs: Option<u64>,
     pub head_timeout_secs: Option<u64>,
@@ -420,6 +425,10 @@ impl Config {
                     .upload_buffer_mib
                     .or(lower.server.upload_buffer_mib),
                 max_megapixels: self.server.max_megapixels.or(lower.server.max_megapixels),
+                memory_budget_mib: self
+                    .server
+                    .memory_budget_mib
+                    .or(lower.server.memory_budget_mib),
                 inference_workers: self
                     .server
                     .inference_workers
@@ -638,6 +647,15 @@ impl Settings {
                         "server.max_megapixels must be from 1 to {MAX_MEGAPIXELS}"
                     )))
                 }
+            },
+            memory_budget: match server.memory_budget_mib {
+                None => u64::MAX,
+                Some(0) => {
+                    return Err(ConfigError::Invalid(
+                        "server.memory_budget_mib must be at least 1".into(),
+                    ))
+                }
+                Some(mib) => mib.saturating_mul(1024 * 1024),
             },
             socket_timeout: seconds(server.socket_timeout_secs, 30, "socket_timeout_secs")?,
             head_timeout: seconds(server.head_timeout_secs, 10, "head_timeout_secs")?,

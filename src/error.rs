@@ -51,6 +51,16 @@ pub enum ApiError {
     /// board's memory is small (`server.max_megapixels`).
     #[error("image too large: {width}x{height}")]
     ImageTooLarge { width: u32, height: u32, most: u64 },
+    /// At its peak the cut-out would hold `need` bytes (`at` that step),
+    /// more than the board's memory budget gives all requests at once.
+    #[error("image too large for the memory budget: {width}x{height} needs {need} bytes")]
+    NeedsTooMuchMemory {
+        width: u32,
+        height: u32,
+        need: u64,
+        at: &'static str,
+        budget: u64,
+    },
     #[error("resolution too high for size=full: {width}x{height}")]
     ResolutionTooHigh { width: u32, height: u32 },
     #[error("invalid request: {0}")]
@@ -132,7 +142,9 @@ impl ApiError {
             InvalidChannels => ("invalid_channels", "Invalid channels"),
             InvalidOption { field, .. } => option_error(*field),
             InvalidImage(_) => ("invalid_image", "Invalid image"),
-            ImageTooLarge { .. } => ("image_too_large", "Image too large"),
+            ImageTooLarge { .. } | NeedsTooMuchMemory { .. } => {
+                ("image_too_large", "Image too large")
+            }
             ResolutionTooHigh { .. } => ("resolution_too_high", "Resolution too high"),
             InvalidRequest(_) => ("invalid_request", "Invalid request"),
             Fetch {
@@ -206,6 +218,11 @@ impl ApiError {
             ImageTooLarge { width, height, .. } => {
                 format!("The image is {width}x{height}; at most {MAX_PIXELS_DECODED} pixels are accepted.")
             }
+            NeedsTooMuchMemory { width, height, need, at, budget } => format!(
+                "The image is {width}x{height}; with the options asked, its cut-out needs about {} MiB of memory at its peak ({at}), and this appliance gives its requests {} MiB of its board's memory (server.memory_budget_mib). A smaller photo, size=preview, or fewer options need less; /docs lists what each costs.",
+                need.div_ceil(1 << 20),
+                budget >> 20
+            ),
             ResolutionTooHigh { width, height } => format!(
                 "The image is {width}x{height}; size=full allows at most {MAX_PIXELS_OUTPUT} pixels. Use size=auto to scale it down."
             ),

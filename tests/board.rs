@@ -25,7 +25,7 @@
 #[allow(dead_code, unused_imports)]
 mod helpers;
 
-use helpers::{cli_account, raw_request, read_reply, Multipart, Reply};
+use helpers::{cli_account, costliest_requests, raw_request, read_reply, Costly, Multipart, Reply};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -274,8 +274,21 @@ impl Served {
     }
 
     fn post(&self, key: &str, photo: &[u8], subject: &str, timeout: Duration) -> Reply {
+        self.post_with(key, photo, &[("type", subject)], timeout)
+    }
+
+    fn post_with(
+        &self,
+        key: &str,
+        photo: &[u8],
+        fields: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Reply {
         let mut form = Multipart::new();
-        form.file("image_file", photo).text("type", subject);
+        form.file("image_file", photo);
+        for (name, value) in fields {
+            form.text(name, value);
+        }
         let headers = [
             ("Content-Type".to_owned(), form.content_type()),
             ("X-Api-Key".to_owned(), key.to_owned()),
@@ -774,6 +787,104 @@ fn twelve_fifty_megapixel_uploads_at_once_are_served_or_refused_never_oom_killed
             board.engine,
             photo.len() / 1000,
             started.elapsed().as_secs_f64(),
+            cgroup.peak_mib()
+        );
+    }
+}
+
+/// The requests whose memory follows their pixels, depth and options
+/// rather than their upload (`pipeline::memory`), twelve at once of each on
+/// each board's memory limit, run natively as in
+/// `four_large_uploads_stay_within_each_boards_memory`: each is served, told
+/// to come back (503 with Retry-After) or refused for the memory it needs
+/// (400), health checks are answered throughout, and nothing is killed.
+#[test]
+#[ignore = "make test-board"]
+fn twelve_at_once_of_the_costliest_requests_stay_within_each_boards_memory() {
+    let cases = costliest_requests();
+    for board in &BOARDS {
+        let (server, cgroup, key, _data) = native_under(board, "costliest");
+        for Costly {
+            what,
+            photo,
+            fields,
+        } in &cases
+        {
+            let started = Instant::now();
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let (answers, health) = std::thread::scope(|s| {
+                let health = s.spawn(|| {
+                    let mut checks = 0;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        let asked = Instant::now();
+                        let status = send(
+                            server.addr,
+                            &raw_request(server.addr, "GET", "/healthz", &[], &[]),
+                            Duration::from_secs(10),
+                        )
+                        .status;
+                        assert_eq!(status, 200, "{}: {what}: a health check", board.cpu);
+                        assert!(asked.elapsed() < Duration::from_secs(5));
+                        checks += 1;
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                    checks
+                });
+                let posts: Vec<_> = (0..12)
+                    .map(|_| {
+                        s.spawn(|| server.post_with(&key, photo, fields, Duration::from_secs(600)))
+                    })
+                    .collect();
+                let answers: Vec<Reply> = posts.into_iter().map(|p| p.join().unwrap()).collect();
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                (answers, health.join().unwrap())
+            });
+            let mut summary = Vec::new();
+            for reply in &answers {
+                let answer = match reply.status {
+                    200 => "200".to_owned(),
+                    503 => {
+                        assert!(
+                            reply.header("retry-after").is_some(),
+                            "{what}: no Retry-After"
+                        );
+                        format!("503 {}", reply.error_code())
+                    }
+                    400 => {
+                        assert_eq!(reply.error_code(), "image_too_large", "{what}");
+                        let detail = String::from_utf8_lossy(&reply.body).into_owned();
+                        assert!(detail.contains("board's memory"), "{what}: {detail}");
+                        "400 image_too_large".to_owned()
+                    }
+                    other => panic!(
+                        "{}: {what}: {other} {}\n{}",
+                        board.cpu,
+                        String::from_utf8_lossy(&reply.body),
+                        server.log()
+                    ),
+                };
+                summary.push(answer);
+            }
+            summary.sort();
+            summary.dedup_by(|a, b| a == b);
+            eprintln!(
+                "{} MiB board, {} on {}: 12 at once of {what} ({} KB): {} in {:.0} s, \
+                 {health} health checks answered; peak so far {} MiB",
+                board.memory_mib,
+                board.model,
+                board.engine,
+                photo.len() / 1000,
+                summary.join(", "),
+                started.elapsed().as_secs_f64(),
+                cgroup.peak_mib()
+            );
+        }
+        assert_eq!(server.get("/readyz").status, 200, "{}: alive", board.cpu);
+        server.stop();
+        assert_eq!(cgroup.oom_kills(), 0, "{}", board.cpu);
+        eprintln!(
+            "{} MiB board: the process tree's peak {} MiB",
+            board.memory_mib,
             cgroup.peak_mib()
         );
     }

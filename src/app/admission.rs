@@ -12,7 +12,7 @@ use super::AppState;
 use crate::domain::{Month, SizeMode, SubjectType};
 use crate::error::{ApiError, MAX_IMAGE_BYTES};
 use crate::imaging::Finish;
-use crate::pipeline::{CutOut, Place};
+use crate::pipeline::{CutOut, Held, Place};
 use crate::store::{Caller, Refusal, Slot};
 
 /// The body a request declares, and the most any body may be.
@@ -28,11 +28,13 @@ pub struct Admission<'a> {
     place: Place<'a>,
 }
 
-pub struct Charged {
+pub struct Charged<'a> {
     pub cut: CutOut,
     /// The month's count after this image.
     pub used: u32,
     pub month: Month,
+    /// The memory its answer holds, reserved until the answer is sent.
+    pub held: Held<'a>,
 }
 
 impl AppState {
@@ -87,13 +89,21 @@ impl AppState {
     }
 }
 
-impl Admission<'_> {
+impl<'a> Admission<'a> {
     /// The file at `url` (remove.bg's `field`), fetched inside this
     /// request's slot and held as an upload is; a failed fetch costs nothing.
     pub fn fetch(&mut self, field: &'static str, url: &str) -> Result<Vec<u8>, ApiError> {
         self.place.hold_more(MAX_IMAGE_BYTES);
-        crate::fetch::fetch(&self.state.fetch_allow, url, MAX_IMAGE_BYTES)
-            .map_err(|why| ApiError::Fetch { field, why })
+        let file = crate::fetch::fetch(&self.state.fetch_allow, url, MAX_IMAGE_BYTES)
+            .map_err(|why| ApiError::Fetch { field, why })?;
+        // Named as the field it came from, not as an upload.
+        match crate::imaging::format_of(&file) {
+            Ok(_) => Ok(file),
+            Err(_) => Err(ApiError::Fetch {
+                field,
+                why: crate::fetch::FetchError::NotAnImage,
+            }),
+        }
     }
 
     /// Cuts out `image` and, only once that worked, counts it. A client
@@ -101,17 +111,20 @@ impl Admission<'_> {
     /// leaves while it runs is charged, as remove.bg charges every image
     /// it processed: the board's time was spent.
     pub fn cut_out_and_charge(
-        self,
+        mut self,
         caller: &Caller,
         image: &[u8],
         (size, subject): (SizeMode, SubjectType),
         finish: &Finish,
         client_gone: &dyn Fn() -> bool,
-    ) -> Result<Charged, ApiError> {
+    ) -> Result<Charged<'a>, ApiError> {
         let state = self.state;
-        let cut = state
-            .pipeline
-            .cut_out(self.place, image, size, subject, finish, client_gone)?;
+        let cut =
+            state
+                .pipeline
+                .cut_out(&mut self.place, image, size, subject, finish, client_gone)?;
+        // The file, and in a JSON answer its base64 twice over.
+        let held = self.place.hand_over(cut.bytes.len() as u64 * 4);
         let now = state.clock.now_unix();
         let month = Month::of_unix(now);
         let used = state
@@ -122,6 +135,11 @@ impl Admission<'_> {
                 state.database_failed(&why);
                 ApiError::Unavailable(format!("database: {why}"))
             })?;
-        Ok(Charged { cut, used, month })
+        Ok(Charged {
+            cut,
+            used,
+            month,
+            held,
+        })
     }
 }

@@ -7,6 +7,8 @@ mod admission;
 pub mod throttle;
 pub mod tries;
 
+/// A cut-out's memory, kept reserved while its answer is sent.
+pub use crate::pipeline::Held;
 pub use admission::{Admission, Charged, Upload};
 
 use crate::clock::Clock;
@@ -123,7 +125,8 @@ impl AppState {
                     settings.queue_capacity,
                     settings.upload_buffer,
                 )
-                .with_max_pixels(settings.max_pixels);
+                .with_max_pixels(settings.max_pixels)
+                .with_memory_budget(settings.memory_budget);
                 pipeline
                     .default_model()
                     .inference
@@ -141,7 +144,8 @@ impl AppState {
                 settings.queue_capacity,
                 settings.upload_buffer,
             )
-            .with_max_pixels(settings.max_pixels),
+            .with_max_pixels(settings.max_pixels)
+            .with_memory_budget(settings.memory_budget),
         };
         let dashboard = DashboardState::default();
         if store.admin_password_hash()?.is_none() {

@@ -44,6 +44,25 @@ pub const SMALL_UPLOAD_BUFFER_MIB: u64 = 40;
 /// board, where a single 50 MP one (700 MiB) would not.
 pub const SMALL_BOARD_MAX_MEGAPIXELS: u64 = 25;
 
+/// What the idle server holds where IS-Net fits, with room for the system
+/// beside it: IS-Net f32 on ONNX Runtime with U2NetP and MODNet loaded and
+/// each run on a square photo and a 16:9 one took 1,050 MiB (x86).
+pub const IDLE_WITH_ISNET: u64 = 1280 * MIB;
+
+/// The memory budget of the requests at work (`server.memory_budget_mib`).
+/// On a board too small for IS-Net, two fifths of it: U2NetP on tract
+/// idles in 63 MiB, 164 MiB with MODNet loaded for `type=person`, and each
+/// model run holds 55-70 MiB more while it runs; a 25 MP photo, the most
+/// such a board takes, needs 180 MiB at its peak. Elsewhere what the idle
+/// server leaves (`IDLE_WITH_ISNET`), but never under a quarter of the board.
+pub fn memory_budget(memory: u64) -> u64 {
+    if memory < ISNET_MIN_MEMORY {
+        memory / 5 * 2
+    } else {
+        memory.saturating_sub(IDLE_WITH_ISNET).max(memory / 4)
+    }
+}
+
 /// What the board's defaults set, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoardDefaults {
@@ -53,6 +72,8 @@ pub struct BoardDefaults {
     pub upload_buffer_mib: Option<u64>,
     /// `None`: the general default (`server.max_megapixels`, 50).
     pub max_megapixels: Option<u64>,
+    /// `server.memory_budget_mib`: `memory_budget`.
+    pub memory_budget_mib: u64,
     /// Whether a request's `type=general` may load IS-Net beside the
     /// configured model; where it does not fit, the configured model
     /// answers it.
@@ -129,13 +150,15 @@ impl Board {
                 engine: EngineKind::Tract,
                 upload_buffer_mib: Some(SMALL_UPLOAD_BUFFER_MIB),
                 max_megapixels: Some(SMALL_BOARD_MAX_MEGAPIXELS),
+                memory_budget_mib: memory_budget(self.memory) / MIB,
                 isnet_fits: false,
                 why: format!(
                     "under the {} MiB IS-Net needs with room: u2netp, on tract (ONNX \
                      Runtime's library and arena would take 100 MiB more), uploads held at \
                      once capped at {SMALL_UPLOAD_BUFFER_MIB} MiB, photos at \
-                     {SMALL_BOARD_MAX_MEGAPIXELS} megapixels",
-                    ISNET_MIN_MEMORY / MIB
+                     {SMALL_BOARD_MAX_MEGAPIXELS} megapixels, requests' memory at {} MiB",
+                    ISNET_MIN_MEMORY / MIB,
+                    memory_budget(self.memory) / MIB
                 ),
             };
         }
@@ -161,8 +184,12 @@ impl Board {
             engine,
             upload_buffer_mib: None,
             max_megapixels: None,
+            memory_budget_mib: memory_budget(self.memory) / MIB,
             isnet_fits: true,
-            why: format!("{room}; {int8}"),
+            why: format!(
+                "{room}; {int8}; requests' memory at {} MiB",
+                memory_budget(self.memory) / MIB
+            ),
         }
     }
 }
@@ -300,6 +327,7 @@ impl BoardDefaults {
             server: ServerConfig {
                 upload_buffer_mib: self.upload_buffer_mib,
                 max_megapixels: self.max_megapixels,
+                memory_budget_mib: Some(self.memory_budget_mib),
                 ..ServerConfig::default()
             },
             ..Config::default()

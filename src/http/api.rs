@@ -7,21 +7,25 @@ use super::form::{read_form, Form, MAX_BODY_BYTES};
 pub use super::options::parse_finish;
 use super::respond::{self, header, Body, Routes};
 use super::session::header_value;
-use crate::app::{Admission, AppState, Upload};
+use crate::app::{Admission, AppState, Held, Upload};
 use crate::domain::{ApiKey, Channels, Month, SizeMode, SubjectType, REMOVE_BG_TYPES};
 use crate::error::ApiError;
 use crate::imaging::Foreground;
+
 use crate::store::Caller;
 use tiny_http::Request;
 
-pub struct Outcome {
+pub struct Outcome<'s> {
     pub response: Body,
     pub account: Option<String>,
+    /// A cut-out's memory, reserved until its answer is sent.
+    pub held: Option<Held<'s>>,
 }
 
-pub fn remove_bg(state: &AppState, request: &mut Request, routes: Routes) -> Outcome {
+pub fn remove_bg<'s>(state: &'s AppState, request: &mut Request, routes: Routes) -> Outcome<'s> {
     let mut account = None;
-    let response = match handle(state, request, &mut account) {
+    let mut held = None;
+    let response = match handle(state, request, &mut account, &mut held) {
         Ok(response) => response,
         Err(e) => {
             match &e {
@@ -34,13 +38,18 @@ pub fn remove_bg(state: &AppState, request: &mut Request, routes: Routes) -> Out
             respond::error_on(&e, routes)
         }
     };
-    Outcome { response, account }
+    Outcome {
+        response,
+        account,
+        held,
+    }
 }
 
-fn handle(
-    state: &AppState,
+fn handle<'s>(
+    state: &'s AppState,
     request: &mut Request,
     account_name: &mut Option<String>,
+    held: &mut Option<Held<'s>>,
 ) -> Result<Body, ApiError> {
     if state.is_stopping() {
         return Err(ApiError::Unavailable("shutting down".into()));
@@ -71,6 +80,7 @@ fn handle(
     let done = admission.cut_out_and_charge(&caller, &image, (size, subject), &finish, &|| {
         request.client_gone()
     })?;
+    *held = Some(done.held);
 
     let foreground = done.cut.foreground;
     let body = if wants_json {
@@ -121,7 +131,7 @@ fn handle(
 
 /// Any other path under remove.bg's `/v1.0/`: the key is checked first, as
 /// remove.bg does, so a wrong key gets 403 there too.
-pub fn remove_bg_unknown(state: &AppState, request: &Request) -> Outcome {
+pub fn remove_bg_unknown(state: &AppState, request: &Request) -> Outcome<'static> {
     let mut account = None;
     let e = match authenticate(state, request) {
         Ok(caller) => {
@@ -133,6 +143,7 @@ pub fn remove_bg_unknown(state: &AppState, request: &Request) -> Outcome {
     Outcome {
         response: respond::error_on(&e, Routes::RemoveBg),
         account,
+        held: None,
     }
 }
 
@@ -151,11 +162,15 @@ fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError>
 /// in remove.bg's shape (`credits`: images left this month, `null` on a
 /// plan without a monthly limit; `api`) with the appliance's own figures
 /// beside. Costs nothing.
-pub fn account(state: &AppState, request: &Request) -> Outcome {
+pub fn account(state: &AppState, request: &Request) -> Outcome<'static> {
     let mut account = None;
     let response = account_info(state, request, &mut account)
         .unwrap_or_else(|e| respond::error_on(&e, Routes::RemoveBg));
-    Outcome { response, account }
+    Outcome {
+        response,
+        account,
+        held: None,
+    }
 }
 
 fn account_info(

@@ -43,6 +43,7 @@ pub fn render(state: &AppState, server: &tiny_http::Server) -> String {
     writeln!(out, "{name}_sum {}", s.histogram.sum_seconds).unwrap();
     writeln!(out, "{name}_count {}", s.histogram.count).unwrap();
 
+    let memory = queue.memory();
     let gauges = [
         (
             "cutout_images_processed_total",
@@ -67,6 +68,18 @@ pub fn render(state: &AppState, server: &tiny_http::Server) -> String {
             "gauge",
             "Bytes reserved by the uploads being read or waiting in the queue.",
             queue.uploads_held() as f64,
+        ),
+        (
+            "cutout_memory_reserved_bytes",
+            "gauge",
+            "Bytes reserved by the cut-outs at work and the answers being sent, each at its peak.",
+            memory.0 as f64,
+        ),
+        (
+            "cutout_memory_budget_bytes",
+            "gauge",
+            "Bytes the cut-outs at work may reserve at once (server.memory_budget_mib).",
+            memory.1 as f64,
         ),
         (
             "cutout_model_ready",

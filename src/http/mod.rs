@@ -199,6 +199,7 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
     .unwrap_or_else(|_| api::Outcome {
         response: respond::error(&ApiError::Internal(anyhow!("handler panicked"))),
         account: None,
+        held: None,
     });
     let mut response = outcome.response;
     for (name, value) in SECURITY_HEADERS {
@@ -224,6 +225,7 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
     if let Err(e) = request.respond(response) {
         log::debug!("writing the response failed: {e}");
     }
+    drop(outcome.held);
     drop(in_flight);
     if status < 400 || refusals.first_in_interval(client, status, Instant::now()) {
         log::info!(
@@ -295,16 +297,17 @@ const SECURITY_HEADERS: [(&str, &str); 4] = [
     ("Referrer-Policy", "same-origin"),
 ];
 
-fn route(
-    state: &AppState,
+fn route<'s>(
+    state: &'s AppState,
     server: &Server,
     method: &Method,
     path: &str,
     request: &mut Request,
-) -> api::Outcome {
+) -> api::Outcome<'s> {
     let plain = |response| api::Outcome {
         response,
         account: None,
+        held: None,
     };
     let get = matches!(method, Method::Get | Method::Head);
     match (path, method) {

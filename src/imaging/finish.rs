@@ -216,9 +216,8 @@ pub fn finish(
                 Some(Background::Image(file)) => {
                     let image =
                         decode_at_most(file, MAX_PIXELS_OUTPUT).map_err(FinishError::Background)?;
-                    let (behind, (left, top)) = covering(&image, (width, height));
-                    drop(image);
-                    put_on(&mut cut, |x, y| behind.get_pixel(left + x, top + y).0);
+                    let behind = covering(image, (width, height));
+                    put_on(&mut cut, |x, y| behind.get_pixel(x, y).0);
                 }
                 None => {}
             }
@@ -267,39 +266,70 @@ fn keep_inside(cut: &mut RgbaImage, roi: &Roi, source: (u32, u32)) {
 /// a car's windows, which show what is behind it. The colours under them
 /// are the photo's, kept under transparent pixels. The soft rim around the
 /// subject touches the background, so it stays as it is.
+///
+/// The open pixels reached from the edge are walked depth first with no
+/// stack: each pixel reached keeps the direction it was reached from, and
+/// the walk goes back that way once a pixel has no new neighbour. So it
+/// holds one byte a pixel whatever the matte's shape; a stack of positions
+/// held twenty on a matte open everywhere.
 fn fill_enclosed(cut: &mut RgbaImage) {
     const SOLID: u8 = 224;
     let (width, height) = (cut.width() as usize, cut.height() as usize);
-    let open = |cut: &RgbaImage, i: usize| cut.as_raw()[i * 4 + 3] < SOLID;
-    let mut outside = vec![false; width * height];
-    let mut frontier: Vec<usize> = (0..width)
+    let alpha = |i: usize| cut.as_raw()[i * 4 + 3];
+    let mut reached = vec![Reached::Not; width * height];
+    let next = |i: usize, reached: &[Reached]| {
+        let (x, y) = (i % width, i / width);
+        let neighbours = [
+            (x > 0).then(|| (i - 1, Reached::FromRight)),
+            (x + 1 < width).then(|| (i + 1, Reached::FromLeft)),
+            (y > 0).then(|| (i - width, Reached::FromBelow)),
+            (y + 1 < height).then(|| (i + width, Reached::FromAbove)),
+        ];
+        neighbours
+            .into_iter()
+            .flatten()
+            .find(|&(n, _)| reached[n] == Reached::Not && alpha(n) < SOLID)
+    };
+    let edge = (0..width)
         .flat_map(|x| [x, (height - 1) * width + x])
-        .chain((0..height).flat_map(|y| [y * width, y * width + width - 1]))
-        .collect();
-    while let Some(i) = frontier.pop() {
-        if outside[i] || !open(cut, i) {
+        .chain((0..height).flat_map(|y| [y * width, y * width + width - 1]));
+    for start in edge {
+        if reached[start] != Reached::Not || alpha(start) >= SOLID {
             continue;
         }
-        outside[i] = true;
-        let (x, y) = (i % width, i / width);
-        if x > 0 {
-            frontier.push(i - 1);
-        }
-        if x + 1 < width {
-            frontier.push(i + 1);
-        }
-        if y > 0 {
-            frontier.push(i - width);
-        }
-        if y + 1 < height {
-            frontier.push(i + width);
+        reached[start] = Reached::Edge;
+        let mut at = start;
+        loop {
+            if let Some((n, from)) = next(at, &reached) {
+                reached[n] = from;
+                at = n;
+                continue;
+            }
+            at = match reached[at] {
+                Reached::FromLeft => at - 1,
+                Reached::FromRight => at + 1,
+                Reached::FromAbove => at - width,
+                Reached::FromBelow => at + width,
+                Reached::Edge | Reached::Not => break,
+            };
         }
     }
-    for (px, outside) in cut.chunks_exact_mut(4).zip(outside) {
-        if !outside && px[3] < SOLID {
+    for (px, reached) in cut.chunks_exact_mut(4).zip(reached) {
+        if reached == Reached::Not && px[3] < SOLID {
             px[3] = 255;
         }
     }
+}
+
+/// How `fill_enclosed`'s walk reached a pixel: the way back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    Not,
+    Edge,
+    FromLeft,
+    FromRight,
+    FromAbove,
+    FromBelow,
 }
 
 /// Puts `shadow` behind the subject: black, its alpha the subject's own
@@ -471,21 +501,17 @@ fn copy_box(from: &RgbaImage, box_: Foreground, to: &mut RgbaImage, at: (u32, u3
     }
 }
 
-/// `image` scaled to cover `size`, and where a box of `size` centred in it
-/// starts: a background of another shape is cropped, never stretched.
-fn covering(image: &DynamicImage, size: (u32, u32)) -> (RgbaImage, (u32, u32)) {
-    let (w, h) = (image.width() as f32, image.height() as f32);
-    let scale = (size.0 as f32 / w).max(size.1 as f32 / h);
-    let scaled = (
-        ((w * scale).ceil() as u32).max(size.0),
-        ((h * scale).ceil() as u32).max(size.1),
-    );
-    let scaled = resize(image, scaled.0, scaled.1).into_rgba8();
-    let corner = (
-        (scaled.width() - size.0) / 2,
-        (scaled.height() - size.1) / 2,
-    );
-    (scaled, corner)
+/// `image` scaled to cover `size`, its centre kept: a background of another
+/// shape is cropped, never stretched. Only the part that shows is scaled,
+/// so a sliver of a background never becomes a vast canvas.
+fn covering(image: DynamicImage, size: (u32, u32)) -> RgbaImage {
+    let (w, h) = (image.width(), image.height());
+    let scale = (f64::from(size.0) / f64::from(w)).max(f64::from(size.1) / f64::from(h));
+    let shown = |side: u32, whole: u32| ((f64::from(side) / scale).round() as u32).clamp(1, whole);
+    let (part_w, part_h) = (shown(size.0, w), shown(size.1, h));
+    let part = image.crop_imm((w - part_w) / 2, (h - part_h) / 2, part_w, part_h);
+    drop(image);
+    resize(&part, size.0, size.1).into_rgba8()
 }
 
 /// Puts the cut-out over a background whose pixel at (x, y) is
@@ -582,7 +608,7 @@ fn encode(mut cut: RgbaImage, format: Format) -> Result<(Vec<u8>, &'static str),
             clear_hidden(&mut cut);
             let (width, height) = cut.dimensions();
             let png = match opaque {
-                true => encode_png(&rgb_of(&cut), width, height, png::Colour::Rgb),
+                true => encode_png_rgb(&cut),
                 false => encode_png(cut.as_raw(), width, height, png::Colour::Rgba),
             };
             (png, "image/png")
@@ -631,6 +657,29 @@ fn rgb_of(cut: &RgbaImage) -> Vec<u8> {
 
 fn alpha_of(cut: &RgbaImage) -> Vec<u8> {
     cut.par_chunks(4).map(|px| px[3]).collect()
+}
+
+/// An RGB PNG of an opaque cut-out, its rows taken from the RGBA ones as
+/// they are deflated: no RGB copy of the whole is made.
+fn encode_png_rgb(cut: &RgbaImage) -> Vec<u8> {
+    let (width, height) = cut.dimensions();
+    let row_bytes = width as usize * 4;
+    png::encode_rows(
+        width,
+        height,
+        png::Colour::Rgb,
+        png::rows_a_band(width),
+        |rows, band| {
+            for y in rows {
+                let rgba = &cut.as_raw()[y * row_bytes..][..row_bytes];
+                band.push_with(|rgb| {
+                    for (to, from) in rgb.chunks_exact_mut(3).zip(rgba.chunks_exact(4)) {
+                        to.copy_from_slice(&from[..3]);
+                    }
+                });
+            }
+        },
+    )
 }
 
 fn encode_png(pixels: &[u8], width: u32, height: u32, colour: png::Colour) -> Vec<u8> {
@@ -737,6 +786,95 @@ mod tests {
         assert_eq!(cut.get_pixel(9, 20).0[3], 120, "the rim");
         assert_eq!(cut.get_pixel(2, 2).0[3], 0, "the background");
         assert_eq!(cut.get_pixel(12, 12).0, [200, 10, 10, 255], "the body");
+    }
+
+    /// `fill_enclosed` as a breadth-first search with a queue would do it.
+    fn filled_by_search(cut: &RgbaImage) -> RgbaImage {
+        let (w, h) = (cut.width() as i64, cut.height() as i64);
+        let open = |x: i64, y: i64| cut.get_pixel(x as u32, y as u32)[3] < 224;
+        let mut outside = vec![false; (w * h) as usize];
+        let mut queue: std::collections::VecDeque<(i64, i64)> = (0..w)
+            .flat_map(|x| [(x, 0), (x, h - 1)])
+            .chain((0..h).flat_map(|y| [(0, y), (w - 1, y)]))
+            .collect();
+        while let Some((x, y)) = queue.pop_front() {
+            if x < 0 || y < 0 || x >= w || y >= h || outside[(y * w + x) as usize] || !open(x, y) {
+                continue;
+            }
+            outside[(y * w + x) as usize] = true;
+            queue.extend([(x - 1, y), (x + 1, y), (x, y - 1), (x, y + 1)]);
+        }
+        let mut filled = cut.clone();
+        for (i, px) in filled.pixels_mut().enumerate() {
+            if !outside[i] && px[3] < 224 {
+                px[3] = 255;
+            }
+        }
+        filled
+    }
+
+    #[test]
+    fn the_walk_fills_what_a_search_fills_on_mazes_checkerboards_rings_and_noise() {
+        let mut seed = 12345u32;
+        let mut noise = |share: u32| {
+            seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            if (seed >> 16) % 100 < share {
+                255
+            } else {
+                (seed >> 8) as u8 % 224
+            }
+        };
+        let mattes: Vec<(&str, RgbaImage)> = vec![
+            (
+                "open",
+                RgbaImage::from_pixel(37, 23, image::Rgba([1, 2, 3, 0])),
+            ),
+            (
+                "solid",
+                RgbaImage::from_pixel(37, 23, image::Rgba([1, 2, 3, 255])),
+            ),
+            (
+                "checkerboard",
+                RgbaImage::from_fn(64, 48, |x, y| {
+                    image::Rgba([0, 0, 0, if (x / 3 + y / 3) % 2 == 0 { 255 } else { 0 }])
+                }),
+            ),
+            (
+                "rings",
+                RgbaImage::from_fn(61, 61, |x, y| {
+                    let d = (x as i32 - 30).abs().max((y as i32 - 30).abs());
+                    image::Rgba([0, 0, 0, if d % 4 == 1 { 255 } else { 9 }])
+                }),
+            ),
+            (
+                "comb",
+                RgbaImage::from_fn(50, 40, |x, y| {
+                    let wall = x % 2 == 1 && (if x % 4 == 1 { y > 0 } else { y < 39 });
+                    image::Rgba([0, 0, 0, if wall { 255 } else { 0 }])
+                }),
+            ),
+            (
+                "sparse noise",
+                RgbaImage::from_fn(80, 60, |_, _| image::Rgba([0, 0, 0, noise(30)])),
+            ),
+            (
+                "dense noise",
+                RgbaImage::from_fn(80, 60, |_, _| image::Rgba([0, 0, 0, noise(55)])),
+            ),
+            (
+                "one pixel",
+                RgbaImage::from_pixel(1, 1, image::Rgba([0, 0, 0, 5])),
+            ),
+            (
+                "one row",
+                RgbaImage::from_fn(9, 1, |x, _| image::Rgba([0, 0, 0, (x % 2) as u8 * 255])),
+            ),
+        ];
+        for (name, matte) in mattes {
+            let mut walked = matte.clone();
+            fill_enclosed(&mut walked);
+            assert!(walked == filled_by_search(&matte), "{name}");
+        }
     }
 
     #[test]
@@ -883,10 +1021,20 @@ mod tests {
             true => image::Rgba([0, 0, 255, 255]),
             false => image::Rgba([255, 255, 0, 255]),
         });
-        let (covered, (left, top)) = covering(&DynamicImage::ImageRgba8(wide), (40, 30));
-        assert_eq!((covered.dimensions(), left, top), ((120, 30), 40, 0));
-        assert_eq!(covered.get_pixel(left + 5, 5).0, [0, 0, 255, 255]);
-        assert_eq!(covered.get_pixel(left + 35, 5).0, [255, 255, 0, 255]);
+        let covered = covering(DynamicImage::ImageRgba8(wide), (40, 30));
+        assert_eq!(covered.dimensions(), (40, 30));
+        assert_eq!(covered.get_pixel(5, 5).0, [0, 0, 255, 255]);
+        assert_eq!(covered.get_pixel(35, 5).0, [255, 255, 0, 255]);
+        // A sliver 5,000 times as wide as high, behind a square: its middle
+        // 2x2 pixels, scaled, not all of it scaled to 200,000x40 first.
+        let sliver = RgbaImage::from_fn(10_000, 2, |x, _| match x < 5_000 {
+            true => image::Rgba([0, 0, 255, 255]),
+            false => image::Rgba([255, 255, 0, 255]),
+        });
+        let covered = covering(DynamicImage::ImageRgba8(sliver), (40, 40));
+        assert_eq!(covered.dimensions(), (40, 40));
+        assert_eq!(covered.get_pixel(2, 20).0, [0, 0, 255, 255]);
+        assert_eq!(covered.get_pixel(37, 20).0, [255, 255, 0, 255]);
     }
 
     #[test]

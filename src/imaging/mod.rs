@@ -13,7 +13,7 @@ mod png;
 mod resize;
 mod zip;
 
-pub use decode::{decode, decode_at_most, decode_reusing, format_of, DecodeError};
+pub use decode::{decode, decode_at_most, decode_reusing, format_of, header, DecodeError, Header};
 pub use finish::{
     finish, Background, Finish, FinishError, Finished, Format, Length, Margins, Placement,
     Position, Roi, Shadow, ShadowKind,

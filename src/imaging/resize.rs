@@ -97,12 +97,30 @@ fn resize_band(
     // min: rounding must not take the last band past the image.
     let wide = (f64::from(width) * source_a_column).min(f64::from(src.width()) - left);
     let tall = (f64::from(rows) * source_a_row).min(f64::from(src.height()) - top);
-    let options = options(filter).crop(left, top, wide, tall);
+    // The resizer is handed only the source rows the filter reads for the
+    // band: with alpha it premultiplies a copy of all it is handed, which
+    // for the whole of a 50 MP photo was 200 MB on every core.
+    let reach = filter_reach(filter) * source_a_row.max(1.0) + 2.0;
+    let first = (top - reach).floor().max(0.0) as u32;
+    let last = ((top + tall + reach).ceil() as u32).min(src.height());
+    let row_bytes = src.width() as usize * src.pixel_type().size();
+    let rows_read = &src.buffer()[first as usize * row_bytes..last as usize * row_bytes];
+    let read = ImageRef::new(src.width(), last - first, rows_read, src.pixel_type())
+        .expect("whole rows of the source");
+    let options = options(filter).crop(left, top - f64::from(first), wide, tall);
     let mut dst =
         Image::from_slice_u8(width, rows, band, src.pixel_type()).expect("a band holds its rows");
     Resizer::new()
-        .resize(src, &mut dst, &options)
+        .resize(&read, &mut dst, &options)
         .expect("same pixel type");
+}
+
+/// How far the filter reads from a pixel, in pixels of the larger side.
+fn filter_reach(filter: Filter) -> f64 {
+    match filter {
+        Filter::CatmullRom => 2.0,
+        Filter::Bilinear => 1.0,
+    }
 }
 
 /// Rows `first_row..` of a one-byte-a-pixel plane resized to `size`, as
@@ -244,16 +262,30 @@ mod tests {
         let rgb: Vec<u8> = (0..97u32 * 61 * 3)
             .map(|i| (i * 104729 % 253) as u8)
             .collect();
-        for size in [(300, 211), (40, 17), (97, 500), (13, 1)] {
-            let kinds = [(&plane, PixelType::U8), (&rgb, PixelType::U8x3)];
+        // Alpha of at least half: where it is near 0, colours come back
+        // from premultiplication only roughly, in bands or not.
+        let rgba: Vec<u8> = (0..97u32 * 61 * 4)
+            .map(|i| match i % 4 {
+                3 => 128 + (i * 31 % 128) as u8,
+                _ => (i * 7727 % 256) as u8,
+            })
+            .collect();
+        for size in [(300, 211), (40, 17), (97, 500), (13, 1), (20, 3)] {
+            let kinds = [
+                (&plane, PixelType::U8),
+                (&rgb, PixelType::U8x3),
+                (&rgba, PixelType::U8x4),
+            ];
             let filters = [Filter::CatmullRom, Filter::Bilinear];
             for ((src, kind), filter) in kinds.iter().flat_map(|k| filters.map(|f| (*k, f))) {
                 let src = ImageRef::new(97, 61, src, kind).unwrap();
                 let banded = resize_in_bands(&src, size, filter);
                 let whole = in_one_band(&src, size, filter);
                 let worst = off_by(&banded, &whole);
+                // Colours divided by their alpha again round apart by a few.
+                let most = if kind == PixelType::U8x4 { 3 } else { 1 };
                 assert!(
-                    worst <= Some(1),
+                    worst <= Some(most),
                     "{size:?} {kind:?} {filter:?}: off by {worst:?}"
                 );
             }

@@ -178,6 +178,8 @@ pub struct StatusView {
     pub database: String,
     pub queue_depth: usize,
     pub queue_capacity: usize,
+    /// Bytes reserved by the cut-outs at work, and their budget.
+    pub memory: (u64, u64),
     pub calls_today: u64,
     pub client_errors_today: u64,
     pub server_errors_today: u64,
@@ -213,6 +215,7 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
             dd { (s.model_load.map_or("not loaded".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()))) }
             dt { "Database" } dd { (s.database) }
             dt { "Queue depth" } dd { (s.queue_depth) " of " (s.queue_capacity) }
+            dt { "Requests' memory" } dd { (memory_use(s.memory)) }
             dt { "Calls today (UTC)" } dd { (s.calls_today) }
             dt { "Errors today" }
             dd { (s.client_errors_today + s.server_errors_today) " (" (s.client_errors_today) " refused as bad requests or over limits, " (s.server_errors_today) " server-side)" }
@@ -266,6 +269,20 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
         }
     };
     page("Status", &Nav::Admin { csrf }, None, body)
+}
+
+/// "120 MiB reserved of 768 MiB (server.memory_budget_mib)", or that no
+/// budget bounds it.
+fn memory_use((reserved, budget): (u64, u64)) -> String {
+    let mib = |bytes: u64| bytes.div_ceil(1 << 20);
+    match budget {
+        u64::MAX => format!("{} MiB reserved; no budget set", mib(reserved)),
+        _ => format!(
+            "{} MiB reserved of {} MiB (server.memory_budget_mib, less the spare photos kept)",
+            mib(reserved),
+            mib(budget)
+        ),
+    }
 }
 
 fn human_duration(d: Duration) -> String {

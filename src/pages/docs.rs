@@ -59,7 +59,7 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "invalid_scale", title: "Invalid scale", when: "scale is not original or a percentage from 10% to 100%." },
     Documented { status: 400, code: "invalid_position", title: "Invalid position", when: "position is not original, center, or one or two percentages from 0% to 100%." },
     Documented { status: 400, code: "invalid_image", title: "Invalid image", when: "image_file is a JPEG, PNG or WEBP that cannot be decoded (truncated or corrupt)." },
-    Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels (25 million on a board under 1.5 GiB of memory; server.max_megapixels)." },
+    Documented { status: 400, code: "image_too_large", title: "Image too large", when: "The image has more than 50 million pixels (25 million on a board under 1.5 GiB of memory; server.max_megapixels); or, with the options asked, its cut-out needs more memory at its peak than the board gives requests (server.memory_budget_mib; see What a request costs). The detail says which, and how much." },
     Documented { status: 400, code: "resolution_too_high", title: "Resolution too high", when: "size=full and the image has more than 25 million pixels." },
     Documented { status: 400, code: "invalid_add_shadow", title: "Invalid add_shadow", when: "add_shadow is not true or false." },
     Documented { status: 400, code: "invalid_shadow_type", title: "Invalid shadow_type", when: "shadow_type is not car, 3D or drop." },
@@ -67,8 +67,8 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "invalid_semitransparency", title: "Invalid semitransparency", when: "semitransparency is not true or false." },
     Documented { status: 400, code: "invalid_bg_image_url", title: "Invalid bg_image_url", when: "bg_image_url comes with bg_color or bg_image_file, or with channels=alpha." },
     Documented { status: 400, code: "url_fetch_off", title: "URL fetching off", when: "image_url or bg_image_url, and the operator lists no network in [fetch] allow." },
-    Documented { status: 400, code: "url_not_allowed", title: "URL not allowed", when: "image_url or bg_image_url names a host (or redirects to one) whose address is not in [fetch] allow; loopback, link-local and multicast addresses only where a network of their own kind is listed." },
-    Documented { status: 400, code: "url_fetch_failed", title: "URL fetch failed", when: "The file at image_url or bg_image_url could not be fetched: not http or https, no connection in 5 s, not whole in 10 s, a status other than 200, over 3 redirects, or over 10 MB. Nothing is charged." },
+    Documented { status: 400, code: "url_not_allowed", title: "URL not allowed", when: "image_url or bg_image_url names a host (or redirects to one) that does not resolve, or whose address is not in [fetch] allow; loopback, link-local and multicast addresses only where a network of their own kind is listed. The detail is the same for every refusal; the log says which." },
+    Documented { status: 400, code: "url_fetch_failed", title: "URL fetch failed", when: "The file at image_url or bg_image_url could not be fetched: not http or https, no connection in 5 s, not whole in 10 s, a status other than 200, over 3 redirects, over 10 MB, or not a JPEG, PNG or WEBP as sent (a Content-Encoding such as gzip is not undone). Nothing is charged." },
     Documented { status: 400, code: "invalid_request", title: "Invalid request", when: "The body is not a well-formed multipart/form-data, urlencoded or JSON form (or has two image_file parts, or both image_file and image_file_b64); or the request head is malformed or ambiguous (two Content-Length or Host headers, Content-Length with Transfer-Encoding, a coding other than chunked, control characters, a CR or LF alone), which also closes the connection." },
     Documented { status: 401, code: "missing_api_key", title: "Missing API key", when: "No X-Api-Key header." },
     Documented { status: 401, code: "invalid_api_key", title: "Invalid API key", when: "The key is unknown or revoked." },
@@ -81,7 +81,17 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 429, code: "too_many_concurrent_requests", title: "Too many concurrent requests", when: "The account already has its plan's number of requests in flight (Pro 5, Business 50). Retry-After is set." },
     Documented { status: 431, code: "request_header_fields_too_large", title: "Request header fields too large", when: "A request line or header line is over 8 KiB, the whole head over 32 KiB, or there are over 100 headers." },
     Documented { status: 500, code: "internal_error", title: "Internal error", when: "Something failed on the appliance; the cause is in its log." },
-    Documented { status: 503, code: "service_unavailable", title: "Service unavailable", when: "The model is still loading, the queue is full, the database cannot be written or the server is stopping. Retry-After is set." },
+    Documented { status: 503, code: "service_unavailable", title: "Service unavailable", when: "The model is still loading, the queue is full, the requests ahead already need twice the memory the board gives requests, the database cannot be written or the server is stopping. Retry-After is set." },
+];
+
+/// Each step of a cut-out and what it holds (`pipeline::memory`).
+const COSTS: &[(&str, &str)] = &[
+    ("Decoding the photo", "3 bytes a pixel of P, 4 with transparency, whatever the file's bit depth; a progressive JPEG 2 more a sample until its last scan, a WEBP 4 more."),
+    ("Running the model", "The photo, a quarter of it more while it is scaled (half with transparency), and 64 MiB for the model's inputs and mattes."),
+    ("Scaling to the size asked", "The photo, the same quarter or half, and the result: 3 or 4 bytes a pixel of R."),
+    ("The PNG, without output options", "The photo as the result has it, and its PNG: up to 4.5 bytes a pixel of R."),
+    ("Output options", "The cut-out, 4 bytes a pixel of R; beside it semitransparency=false 1, add_shadow 3; crop_margin makes the canvas C larger; scale or position 8 a pixel of C; bg_image_file its own decoding and 7 a pixel of C."),
+    ("The file, with output options", "Beside the canvas (4 bytes a pixel of C): a PNG up to 4.5, a JPEG 6, a WEBP 15, a ZIP about 13 bytes a pixel of C."),
 ];
 
 /// `base_url` is how the reader reached this server; `key_prefix` is the
@@ -180,6 +190,21 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
             p { "With " code { "Accept: application/json" } ", the body is remove.bg's JSON answer instead: " code { "{\"data\": {\"result_b64\": …, \"foreground_top\": …, \"foreground_left\": …, \"foreground_width\": …, \"foreground_height\": …}}" } ", the PNG in base64." }
             p { code { "GET /v1.0/account" } " with the key: the images left this month as " code { "credits.total" } " (remove.bg's shape; " code { "null" } " without a monthly limit), the account, plan and use." }
             p { "Only successful calls are counted. Months are UTC calendar months. Pro: 500 images a month, 5 requests at a time. Business: no monthly limit, 50 at a time." }
+        }
+        section #memory {
+            h2 { "What a request costs" }
+            p { "A cut-out's memory follows its pixels and its options, not the size of its upload. Before a photo is decoded, the appliance works out from its header and the options what the request will hold at its peak, and reserves that from the memory its board gives requests (" code { "server.memory_budget_mib" } "; the Status page shows it). A request waits its turn while others hold that memory; if the requests ahead already need twice the budget it is answered " code { "503" } " with " code { "Retry-After" } "; if it needs more than the whole budget it is refused with " code { "image_too_large" } ", saying how much it needs and where. Neither costs an image." }
+            div.scroll {
+                table {
+                    thead { tr { th { "Step" } th { "Holds at most" } } }
+                    tbody {
+                        @for (step, holds) in COSTS {
+                            tr { td { (step) } td { (holds) } }
+                        }
+                    }
+                }
+            }
+            p { "P is the photo's pixels, R the result's (" code { "size" } "), C the canvas's (R, larger with " code { "crop_margin" } "). For example: a 12 MP JPEG, about 110 MiB; 25 MP with " code { "format=zip" } ", about 390 MiB; a 50 MP 16-bit PNG, about 380 MiB, as an 8-bit one; a 192-byte progressive JPEG claiming 7071×7071, about 430 MiB." }
         }
         section {
             h2 { "Errors" }

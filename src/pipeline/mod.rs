@@ -5,12 +5,13 @@
 //! `spare`.
 
 pub mod ladder;
+pub mod memory;
 mod queue;
 mod spare;
 mod views;
 
 pub use ladder::Rung;
-pub use queue::{Place, WorkQueue};
+pub use queue::{Held, NoTurn, Place, WorkQueue};
 
 use crate::domain::{SizeMode, SubjectType};
 use crate::engine::preprocess::{
@@ -164,6 +165,17 @@ impl Pipeline {
         self
     }
 
+    /// Bounds what the requests at work hold at once to `bytes`, the spare
+    /// photos kept between them included (`memory::need`).
+    pub fn with_memory_budget(mut self, bytes: u64) -> Pipeline {
+        if bytes == u64::MAX {
+            return self;
+        }
+        let spare = self.spare_pixels.with_share_of(bytes);
+        self.queue = self.queue.with_memory_budget(bytes.saturating_sub(spare));
+        self
+    }
+
     /// The engine has run a model (or the server stops cleanly): this start
     /// did not crash in it.
     pub fn settle_trial(&self) {
@@ -309,24 +321,51 @@ impl Pipeline {
     }
 
     /// Cuts out `bytes`, read while holding `place`, with `subject`'s
-    /// model, and makes the file `finish` asks for. Once its turn comes,
-    /// and again once an inference worker is free, `client_gone` is asked,
-    /// and a client that hung up is spared the work (`ApiError::ClientGone`).
+    /// model, and makes the file `finish` asks for. Its turn waits until
+    /// what it will hold at its peak fits the memory budget. Once its turn
+    /// comes, and again once an inference worker is free, `client_gone` is
+    /// asked, and a client that hung up is spared the work
+    /// (`ApiError::ClientGone`).
     pub fn cut_out(
         &self,
-        mut place: Place<'_>,
+        place: &mut Place<'_>,
         bytes: &[u8],
         size: SizeMode,
         subject: SubjectType,
         finish: &Finish,
         client_gone: &dyn Fn() -> bool,
     ) -> Result<CutOut, ApiError> {
-        imaging::format_of(bytes)?;
-        if let Some(Background::Image(file)) = &finish.background {
-            imaging::format_of(file).map_err(background_error)?;
-        }
+        let photo = imaging::header(bytes, self.max_pixels)?;
+        let background = match &finish.background {
+            Some(Background::Image(file)) => Some(
+                imaging::header(file, crate::error::MAX_PIXELS_OUTPUT).map_err(background_error)?,
+            ),
+            _ => None,
+        };
+        let output = output_size(photo.width, photo.height, size)?;
+        let need = memory::need(&photo, output, finish, background.as_ref());
+        log::debug!(
+            "a {}x{} photo needs {} bytes at its peak ({})",
+            photo.width,
+            photo.height,
+            need.bytes,
+            need.at
+        );
         let mut watch = Stopwatch::start();
-        place.wait_for_turn();
+        place
+            .wait_for_turn(need.bytes)
+            .map_err(|refused| match refused {
+                NoTurn::NeverFits { budget } => ApiError::NeedsTooMuchMemory {
+                    width: photo.width,
+                    height: photo.height,
+                    need: need.bytes,
+                    at: need.at,
+                    budget,
+                },
+                NoTurn::Busy => ApiError::Unavailable(
+                    "the requests ahead already need the memory of two budgets".into(),
+                ),
+            })?;
         watch.lap("queue");
         if client_gone() {
             return Err(ApiError::ClientGone);
@@ -351,12 +390,7 @@ impl Pipeline {
                 why,
             });
         }
-        let (out_w, out_h) = imaging::output_size(w, h, size).map_err(|e| match e {
-            GeometryError::ResolutionTooHigh => ApiError::ResolutionTooHigh {
-                width: w,
-                height: h,
-            },
-        })?;
+        let (out_w, out_h) = output_size(w, h, size)?;
 
         let spec = &model.spec;
         let laps = ["prepare", "model"];
@@ -489,6 +523,13 @@ pub fn prepare(
     (model_input, tensor, layout)
 }
 
+/// The result's size for a `width`×`height` photo at `size`.
+fn output_size(width: u32, height: u32, size: SizeMode) -> Result<(u32, u32), ApiError> {
+    imaging::output_size(width, height, size).map_err(|e| match e {
+        GeometryError::ResolutionTooHigh => ApiError::ResolutionTooHigh { width, height },
+    })
+}
+
 /// A background image that cannot be used, named as such.
 fn background_error(e: DecodeError) -> ApiError {
     let why = match e {
@@ -583,10 +624,10 @@ mod tests {
         subject: SubjectType,
     ) -> (String, image::GrayImage, Vec<&'static str>) {
         let photo = black_png(400, 300);
-        let layout = pipeline.queue.join(photo.len() as u64).unwrap();
+        let mut place = pipeline.queue.join(photo.len() as u64).unwrap();
         let cut = pipeline
             .cut_out(
-                layout,
+                &mut place,
                 &photo,
                 SizeMode::Auto,
                 subject,

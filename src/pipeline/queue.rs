@@ -1,5 +1,6 @@
 //! The server-wide work queue: how many requests hold decoded pixels, how
-//! many wait, and how many bytes of uploads are held, at once.
+//! many wait, how many bytes of uploads are held, and how much memory the
+//! requests at work may hold, at once.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -14,12 +15,32 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 /// holds only its connection (the client's bytes wait in the network). So
 /// one account's uploads, however slowly they come, leave room for
 /// another's.
+///
+/// A request's turn also waits until the memory it will hold at its peak
+/// (`memory::need`) fits the `memory_budget` beside what the requests at
+/// work and the answers being sent hold. One that could never fit is
+/// refused at once, and so is one that would join a line already holding
+/// more than `BACKLOG` budgets' worth: its wait would be longer than a
+/// client waits.
 pub struct WorkQueue {
     counts: Mutex<Counts>,
     changed: Condvar,
     max_running: usize,
     max_waiting: usize,
     upload_buffer: u64,
+    memory_budget: u64,
+}
+
+/// How many budgets' worth of requests may be at work and in line for memory.
+const BACKLOG: u64 = 2;
+
+/// Why a request gets no turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoTurn {
+    /// It needs more memory than the whole budget.
+    NeverFits { budget: u64 },
+    /// The line ahead already needs `BACKLOG` budgets.
+    Busy,
 }
 
 #[derive(Default)]
@@ -34,6 +55,10 @@ struct Counts {
     /// whose turn is next.
     next_number: u64,
     next_turn: u64,
+    /// Bytes reserved by the requests at work and the answers being sent.
+    memory: u64,
+    /// Bytes the requests in line for a turn will reserve.
+    memory_wanted: u64,
 }
 
 /// A request's place in line; its upload's reservation and, once it has
@@ -43,6 +68,14 @@ pub struct Place<'q> {
     upload: u64,
     account: Option<i64>,
     running: bool,
+    /// Bytes of memory reserved once it has its turn.
+    memory: u64,
+}
+
+/// Memory still held once a request's turn is over: its answer, until sent.
+pub struct Held<'q> {
+    queue: &'q WorkQueue,
+    memory: u64,
 }
 
 impl WorkQueue {
@@ -53,7 +86,14 @@ impl WorkQueue {
             max_running: max_running.max(1),
             max_waiting,
             upload_buffer,
+            memory_budget: u64::MAX,
         }
+    }
+
+    /// Bounds the memory the requests at work hold at once.
+    pub fn with_memory_budget(mut self, bytes: u64) -> WorkQueue {
+        self.memory_budget = bytes;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Counts> {
@@ -85,6 +125,7 @@ impl WorkQueue {
             upload,
             account,
             running: false,
+            memory: 0,
         })
     }
 
@@ -121,9 +162,14 @@ impl WorkQueue {
     pub fn capacity(&self) -> usize {
         self.max_running + self.max_waiting
     }
+
+    /// Bytes of memory reserved now, and the budget.
+    pub fn memory(&self) -> (u64, u64) {
+        (self.lock().memory, self.memory_budget)
+    }
 }
 
-impl Place<'_> {
+impl<'q> Place<'q> {
     /// Holds `more` bytes of uploads beside this place's, waiting as
     /// `join_as` does until the uploads held leave room: a file fetched
     /// from a URL is held as an uploaded one is. The old reservation is
@@ -140,22 +186,39 @@ impl Place<'_> {
         self.upload = upload;
     }
 
-    /// Waits until this request may hold decoded pixels.
-    pub fn wait_for_turn(&mut self) {
+    /// Waits until this request may hold decoded pixels, and `memory`
+    /// bytes of them at its peak beside what the others at work hold;
+    /// refused at once if it can never fit, or the line is too long.
+    pub fn wait_for_turn(&mut self, memory: u64) -> Result<(), NoTurn> {
         if self.running {
-            return;
+            return Ok(());
         }
         let queue = self.queue;
+        let budget = queue.memory_budget;
+        if memory > budget {
+            return Err(NoTurn::NeverFits { budget });
+        }
         let mut counts = queue.lock();
+        let ahead = counts.memory.saturating_add(counts.memory_wanted);
+        if ahead > 0 && ahead.saturating_add(memory) > budget.saturating_mul(BACKLOG) {
+            return Err(NoTurn::Busy);
+        }
+        counts.memory_wanted += memory;
         let number = counts.next_number;
         counts.next_number += 1;
-        while counts.next_turn != number || counts.running >= queue.max_running {
+        while counts.next_turn != number
+            || counts.running >= queue.max_running
+            || counts.memory + memory > budget
+        {
             counts = queue.wait(counts);
         }
         counts.next_turn += 1;
         counts.waiting -= 1;
         counts.running += 1;
+        counts.memory_wanted -= memory;
+        counts.memory += memory;
         self.running = true;
+        self.memory = memory;
         let slot_left = counts.running < queue.max_running;
         drop(counts);
         // The next place may have woken before this one and gone back to
@@ -163,6 +226,28 @@ impl Place<'_> {
         if slot_left {
             queue.changed.notify_all();
         }
+        Ok(())
+    }
+
+    /// Ends this request's turn and its place in line, keeping `memory`
+    /// bytes of its reservation (its answer) until the `Held` is dropped.
+    pub fn hand_over(mut self, memory: u64) -> Held<'q> {
+        let kept = memory.min(self.memory);
+        let mut counts = self.queue.lock();
+        counts.memory -= self.memory - kept;
+        self.memory = 0;
+        drop(counts);
+        Held {
+            queue: self.queue,
+            memory: kept,
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.queue.lock().memory -= self.memory;
+        self.queue.changed.notify_all();
     }
 }
 
@@ -174,6 +259,7 @@ impl Drop for Place<'_> {
         } else {
             counts.waiting -= 1;
         }
+        counts.memory -= self.memory;
         counts.uploads -= self.upload;
         if let Some(account) = self.account {
             if let Some(held) = counts.uploads_by.get_mut(&account) {
@@ -197,9 +283,13 @@ mod tests {
     fn the_queue_refuses_only_when_running_and_waiting_are_both_full() {
         let queue = WorkQueue::new(1, 1, u64::MAX);
         let mut first = queue.join(10).unwrap();
-        first.wait_for_turn();
+        first.wait_for_turn(0).unwrap();
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| queue.join(10).map(|mut place| place.wait_for_turn()));
+            let waiter = s.spawn(|| {
+                queue
+                    .join(10)
+                    .map(|mut place| place.wait_for_turn(0).unwrap())
+            });
             while queue.depth() < 2 {
                 std::thread::yield_now();
             }
@@ -214,14 +304,14 @@ mod tests {
     fn turns_go_in_the_order_requests_were_ready() {
         let queue = WorkQueue::new(1, 8, u64::MAX);
         let mut first = queue.join(10).unwrap();
-        first.wait_for_turn();
+        first.wait_for_turn(0).unwrap();
         let served = Mutex::new(Vec::new());
         std::thread::scope(|s| {
             for arrival in 0..6 {
                 let (queue, served) = (&queue, &served);
                 s.spawn(move || {
                     let mut place = queue.join(10).unwrap();
-                    place.wait_for_turn();
+                    place.wait_for_turn(0).unwrap();
                     served.lock().unwrap().push(arrival);
                 });
                 // The next one arrives once this one holds its place.
@@ -232,6 +322,74 @@ mod tests {
             drop(first);
         });
         assert_eq!(served.into_inner().unwrap(), (0..6).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn a_turn_waits_until_its_memory_fits_beside_the_others() {
+        let queue = WorkQueue::new(4, 8, u64::MAX).with_memory_budget(100);
+        let mut first = queue.join(1).unwrap();
+        first.wait_for_turn(60).unwrap();
+        std::thread::scope(|s| {
+            let second = s.spawn(|| {
+                let mut place = queue.join(1).unwrap();
+                place.wait_for_turn(50).map(|()| queue.memory().0)
+            });
+            while queue.lock().memory_wanted < 50 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!second.is_finished(), "60 + 50 is over 100");
+            assert_eq!(queue.memory(), (60, 100));
+            drop(first);
+            assert_eq!(
+                second.join().unwrap(),
+                Ok(50),
+                "room once the first is done"
+            );
+        });
+        assert_eq!(queue.memory().0, 0);
+    }
+
+    #[test]
+    fn a_request_that_can_never_fit_or_would_wait_behind_two_budgets_is_refused_at_once() {
+        let queue = WorkQueue::new(1, 8, u64::MAX).with_memory_budget(100);
+        let mut never = queue.join(1).unwrap();
+        assert_eq!(
+            never.wait_for_turn(101),
+            Err(NoTurn::NeverFits { budget: 100 })
+        );
+        drop(never);
+        let mut first = queue.join(1).unwrap();
+        first.wait_for_turn(90).unwrap();
+        std::thread::scope(|s| {
+            let second = s.spawn(|| queue.join(1).unwrap().wait_for_turn(90));
+            while queue.lock().memory_wanted < 90 {
+                std::thread::yield_now();
+            }
+            // 90 at work and 90 in line: 30 more would be over 200.
+            let mut third = queue.join(1).unwrap();
+            assert_eq!(third.wait_for_turn(30), Err(NoTurn::Busy));
+            drop(third);
+            drop(first);
+            assert_eq!(second.join().unwrap(), Ok(()));
+        });
+        assert_eq!(queue.memory().0, 0);
+        assert_eq!(queue.depth(), 0);
+    }
+
+    #[test]
+    fn an_answer_handed_over_keeps_its_memory_until_it_is_sent() {
+        let queue = WorkQueue::new(1, 8, u64::MAX).with_memory_budget(100);
+        let mut place = queue.join(1).unwrap();
+        place.wait_for_turn(80).unwrap();
+        let held = place.hand_over(30);
+        assert_eq!(queue.depth(), 0, "its turn is over");
+        assert_eq!(queue.memory().0, 30);
+        let mut next = queue.join(1).unwrap();
+        next.wait_for_turn(70).unwrap();
+        assert_eq!(queue.memory().0, 100);
+        drop(held);
+        assert_eq!(queue.memory().0, 70);
     }
 
     #[test]

@@ -6,10 +6,12 @@ use std::sync::{Mutex, MutexGuard};
 /// Decoded photos' memory, handed on to the next request's decode: fresh
 /// pages are faulted in one by one, which for a 12 MP photo's 36 MB took a
 /// third of the decode. At most one buffer a request that may hold pixels
-/// is kept, and none over `MAX_SPARE_BYTES`, so idle memory stays bounded.
+/// is kept, and none over `MAX_SPARE_BYTES` (less on a small memory
+/// budget), so idle memory stays bounded.
 pub struct SparePixels {
     buffers: Mutex<Vec<Vec<u8>>>,
     most: usize,
+    largest: usize,
 }
 
 /// A 16 MP photo with alpha; a larger one's memory goes back to the system.
@@ -20,7 +22,15 @@ impl SparePixels {
         SparePixels {
             buffers: Mutex::default(),
             most,
+            largest: MAX_SPARE_BYTES,
         }
+    }
+
+    /// Keeps buffers of at most a thirty-second of a memory budget of
+    /// `bytes`; the most all of them hold.
+    pub fn with_share_of(&mut self, bytes: u64) -> u64 {
+        self.largest = MAX_SPARE_BYTES.min(usize::try_from(bytes / 32).unwrap_or(usize::MAX));
+        self.largest as u64 * self.most as u64
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Vec<u8>>> {
@@ -34,7 +44,7 @@ impl SparePixels {
     pub fn give(&self, image: DynamicImage) {
         let pixels = image.into_bytes();
         let mut buffers = self.lock();
-        if pixels.capacity() <= MAX_SPARE_BYTES && buffers.len() < self.most {
+        if pixels.capacity() <= self.largest && buffers.len() < self.most {
             buffers.push(pixels);
         }
     }

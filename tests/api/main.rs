@@ -16,6 +16,7 @@ mod formats;
 mod hostile;
 mod ladder;
 mod limits;
+mod memory;
 mod metrics;
 mod model;
 mod openapi;

@@ -148,6 +148,7 @@ pub(super) fn status_view(cx: &Ctx) -> StatusView {
         },
         queue_depth: queue.depth(),
         queue_capacity: queue.capacity(),
+        memory: queue.memory(),
         calls_today: today.calls,
         client_errors_today: today.client_errors,
         server_errors_today: today.server_errors,
