@@ -366,6 +366,30 @@ mod tests {
         assert_eq!(settings.model.as_deref(), Some("u2netp"));
         assert_eq!(settings.engine.kind, EngineKind::Onnxruntime);
         assert_eq!(settings.upload_buffer, 8 << 20);
+        assert_eq!(settings.memory_budget, 204 << 20);
+        let file = Config::parse_str("[server]\nmemory_budget_mib = 100\n").unwrap();
+        let settings = Settings::from_config(file.over(defaults.as_config())).unwrap();
+        assert_eq!(settings.memory_budget, 100 << 20);
+        let none = Config::parse_str("[server]\nmemory_budget_mib = 0\n").unwrap();
+        assert!(Settings::from_config(none).is_err());
+        assert_eq!(
+            Settings::default().memory_budget,
+            u64::MAX,
+            "no board, no bound"
+        );
+    }
+
+    #[test]
+    fn the_memory_budget_is_what_each_board_leaves_its_requests() {
+        let mib = |memory_mib: u64| memory_budget(memory_mib * MIB) / MIB;
+        // A Pi Zero 2 or 3: two fifths; a 25 MP photo needs 180 MiB.
+        assert_eq!(mib(512), 204);
+        assert_eq!(mib(1024), 409);
+        // Pi 4 and Pi 5: what IS-Net's idle server leaves.
+        assert_eq!(mib(2048), 768);
+        assert_eq!(mib(4096), 2816);
+        // Never under a quarter of the board.
+        assert_eq!(mib(1536), 384);
     }
 
     fn board(memory_mib: u64, int8_dot_product: bool) -> Board {
