@@ -698,9 +698,7 @@ fn four_large_uploads_stay_within_each_boards_memory() {
             server.log()
         );
         assert!(statuses.contains(&200), "{}: {statuses:?}", board.cpu);
-        assert_eq!(server.get("/readyz").status, 200, "{}: alive", board.cpu);
-        server.stop();
-        assert_eq!(cgroup.oom_kills(), 0, "{}", board.cpu);
+        stop_unharmed(server, &cgroup, board);
         eprintln!(
             "{} MiB board, {} on {}: 4 uploads of {:.1} MB: {statuses:?}, peak {} MiB",
             board.memory_mib,
@@ -776,9 +774,7 @@ fn twelve_fifty_megapixel_uploads_at_once_are_served_or_refused_never_oom_killed
                 "{answers:?}"
             );
         }
-        assert_eq!(server.get("/readyz").status, 200, "{}: alive", board.cpu);
-        server.stop();
-        assert_eq!(cgroup.oom_kills(), 0, "{}", board.cpu);
+        stop_unharmed(server, &cgroup, board);
         eprintln!(
             "{} MiB board, {} on {}: 12 uploads of a 50 MP PNG ({} KB) at once: {answers:?} \
              in {:.0} s, peak {} MiB",
@@ -879,15 +875,21 @@ fn twelve_at_once_of_the_costliest_requests_stay_within_each_boards_memory() {
                 cgroup.peak_mib()
             );
         }
-        assert_eq!(server.get("/readyz").status, 200, "{}: alive", board.cpu);
-        server.stop();
-        assert_eq!(cgroup.oom_kills(), 0, "{}", board.cpu);
+        stop_unharmed(server, &cgroup, board);
         eprintln!(
             "{} MiB board: the process tree's peak {} MiB",
             board.memory_mib,
             cgroup.peak_mib()
         );
     }
+}
+
+/// The server still answers, stops cleanly, and nothing in its memory
+/// limit was killed.
+fn stop_unharmed(server: Served, cgroup: &Cgroup, board: &Board) {
+    assert_eq!(server.get("/readyz").status, 200, "{}: alive", board.cpu);
+    server.stop();
+    assert_eq!(cgroup.oom_kills(), 0, "{}", board.cpu);
 }
 
 /// The x86 build serving with `board`'s model and engine under its memory
