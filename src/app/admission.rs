@@ -123,7 +123,8 @@ impl<'a> Admission<'a> {
             state
                 .pipeline
                 .cut_out(&mut self.place, image, size, subject, finish, client_gone)?;
-        // The file, and in a JSON answer its base64 twice over.
+        // The file, and in a JSON answer its base64 twice over while it is
+        // made; the caller shrinks it to what it sends.
         let held = self.place.hand_over(cut.bytes.len() as u64 * 4);
         let now = state.clock.now_unix();
         let month = Month::of_unix(now);

@@ -80,7 +80,6 @@ fn handle<'s>(
     let done = admission.cut_out_and_charge(&caller, &image, (size, subject), &finish, &|| {
         request.client_gone()
     })?;
-    *held = Some(done.held);
 
     let foreground = done.cut.foreground;
     let body = if wants_json {
@@ -102,6 +101,9 @@ fn handle<'s>(
     } else {
         (done.cut.bytes, done.cut.media_type)
     };
+    let mut answer = done.held;
+    answer.shrink_to(body.0.len() as u64);
+    *held = Some(answer);
     // Content-Length rather than chunked: clients saving a file like to know its size.
     let mut response = tiny_http::Response::from_data(body.0)
         .with_chunked_threshold(usize::MAX)

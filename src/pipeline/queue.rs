@@ -244,6 +244,17 @@ impl<'q> Place<'q> {
     }
 }
 
+impl Held<'_> {
+    /// Keeps at most `memory` bytes reserved: the answer as it is sent,
+    /// once its copies made on the way are gone.
+    pub fn shrink_to(&mut self, memory: u64) {
+        let kept = memory.min(self.memory);
+        self.queue.lock().memory -= self.memory - kept;
+        self.memory = kept;
+        self.queue.changed.notify_all();
+    }
+}
+
 impl Drop for Held<'_> {
     fn drop(&mut self) {
         self.queue.lock().memory -= self.memory;
@@ -382,8 +393,10 @@ mod tests {
         let queue = WorkQueue::new(1, 8, u64::MAX).with_memory_budget(100);
         let mut place = queue.join(1).unwrap();
         place.wait_for_turn(80).unwrap();
-        let held = place.hand_over(30);
+        let mut held = place.hand_over(40);
         assert_eq!(queue.depth(), 0, "its turn is over");
+        assert_eq!(queue.memory().0, 40);
+        held.shrink_to(30);
         assert_eq!(queue.memory().0, 30);
         let mut next = queue.join(1).unwrap();
         next.wait_for_turn(70).unwrap();
