@@ -44,23 +44,7 @@ fn post(server: &Server, key: &str, photo: &[u8], fields: &[(&str, &str)]) -> Re
     for (name, value) in fields {
         form.text(name, value);
     }
-    let headers = [
-        ("X-Api-Key".to_owned(), key.to_owned()),
-        ("Content-Type".to_owned(), form.content_type()),
-    ];
-    let raw = raw_request(
-        server.addr,
-        "POST",
-        "/api/remove-bg",
-        &headers,
-        &form.body(),
-    );
-    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(300)))
-        .unwrap();
-    std::io::Write::write_all(&mut stream, &raw).unwrap();
-    read_reply(&mut stream)
+    post_form(server.addr, Some(key), &form)
 }
 
 /// `photo` with `fields`, alone on `server`: its peak over the idle server.
