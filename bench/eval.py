@@ -2,7 +2,7 @@
 """Cut-out quality on ../shared/eval/dev, next to the peers' reference figures.
 
     python3 bench/eval.py [--models default,isnet,isnet-int8,modnet,u2netp] [--engine onnxruntime]
-                          [--sets alphamatting,grabcut,coco_mval,berkeley] [--type auto]
+                          [--sets alphamatting,grabcut,coco_mval,berkeley] [--type auto] [--rung NAME]
 
 Runs `cutout remove` (the API's pipeline) on every photo of each dev set,
 scores the cut-outs with ../shared/tools/quality_metrics.py and prints one
@@ -16,7 +16,8 @@ from tuning and looked at once per decision; `tune` is the rest
 (BENCHMARKS.md, "Views of one photo").
 On alphamatting, whose truth is a real alpha, bench/composite.py also
 measures the cut-outs' colour over new backgrounds.
-`default` is what `type=auto` gives in the default configuration.
+`default` is what `type=auto` gives in the default configuration; `--rung`
+cuts out with one rung of its ladder instead of the best (`cutout ladder`).
 Needs `cargo build --release`, `make models` (and `make onnxruntime`). The
 photos stay outside the repository: BMPs are converted to PNG (lossless)
 under target/eval, where the cut-outs land too.
@@ -100,6 +101,7 @@ def main():
     ap.add_argument("--engine", default="onnxruntime")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--type", default="auto")
+    ap.add_argument("--rung")
     args = ap.parse_args()
     py = python()
     refs = references()
@@ -107,12 +109,14 @@ def main():
     rows = []
     for model in args.models.split(","):
         for name in args.sets.split(","):
-            pred = OUT / args.engine / args.type / model / name
+            pred = OUT / args.engine / (args.rung or args.type) / model / name
             pred.mkdir(parents=True, exist_ok=True)
             cmd = [binary, "--models-dir", ROOT / "models", "remove", *inputs(py, name), pred,
                    "--engine", args.engine, "--type", args.type]
             if model != "default":
                 cmd += ["--model", model]
+            if args.rung:
+                cmd += ["--rung", args.rung]
             started = time.monotonic()
             subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
             seconds = time.monotonic() - started

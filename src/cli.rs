@@ -1,12 +1,13 @@
 //! The command line: what each command and option means, and what each
 //! command does. `main.rs` parses it and maps errors to exit codes.
 
-use crate::board::{Board, Installed};
+use crate::board::{Board, Installed, Report};
 use crate::clock::Clock;
 use crate::config::{Config, Settings, DEFAULT_CONFIG_FILE, DEFAULT_MODELS_DIR};
 use crate::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectType};
 use crate::engine::{EngineKind, Manifest, OnnxRuntimeTrial};
 use crate::imaging::Finish;
+use crate::ladder;
 use crate::pipeline::{Loader, Pipeline};
 use crate::secrets::{check_password_policy, hash_password};
 use crate::store;
@@ -89,6 +90,28 @@ enum Command {
         /// tract or onnxruntime [env: CUTOUT_ENGINE; default: tract].
         #[arg(long)]
         engine: Option<EngineKind>,
+        /// Serve `type=auto` with this rung of its ladder (see `cutout
+        /// ladder`) [default: the best, whatever its time].
+        #[arg(long)]
+        rung: Option<String>,
+    },
+    /// type=auto's ladder for the configured model and engine: each rung's
+    /// multiply-adds, its seconds for a 12 MP photo (measured here by
+    /// `cutout bench`, else estimated from published rates), its MAE on the
+    /// dev sets against the peers that fit the same budget, and the rung
+    /// that serves within the budget.
+    Ladder {
+        /// Estimate for this board, with its defaults where no model or
+        /// engine is configured: Raspberry Pi 3, Raspberry Pi 4 or
+        /// Raspberry Pi 5 [default: this board, measured where it has been].
+        #[arg(long)]
+        board: Option<String>,
+        /// Seconds a photo may take [default: pipeline.budget_seconds].
+        #[arg(long)]
+        budget: Option<f64>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Time one 12 MP cut-out with each installed model on each engine, with
     /// its peak memory, and recommend a configuration for this board. The
@@ -217,19 +240,34 @@ fn settings(cli: &Cli) -> Result<Settings> {
     // `bench` times `type=auto`'s rungs as `serve` would serve them.
     let as_served = matches!(
         cli.command,
-        Command::Serve { .. } | Command::Remove { .. } | Command::Bench { .. }
+        Command::Serve { .. }
+            | Command::Remove { .. }
+            | Command::Bench { .. }
+            | Command::Ladder { .. }
     );
     if !as_served {
         return Ok(Settings::from_config(config)?);
     }
     // What no layer set comes from the board.
-    let board = Board::detect();
+    let board = match &cli.command {
+        Command::Ladder {
+            board: Some(name), ..
+        } => Board::named(name)?,
+        _ => Board::detect(),
+    };
     let models_dir = config
         .models_dir
         .clone()
         .unwrap_or_else(|| DEFAULT_MODELS_DIR.into());
     let installed = Installed::find(&models_dir, config.onnxruntime.library.as_deref());
-    let defaults = board.defaults(&installed, config.engine);
+    // A board only named has not measured itself.
+    let report = match &cli.command {
+        Command::Ladder { board: Some(_), .. } => None,
+        _ => Report::load(config.data_dir.as_deref().unwrap_or(Path::new("./data"))),
+    };
+    let defaults = board
+        .defaults(&installed, config.engine)
+        .follow(&board, report.as_ref());
     let mut settings = Settings::from_config(config.over(defaults.as_config()))?;
     settings.board = Some(defaults.found_on(&board));
     if matches!(cli.command, Command::Serve { .. }) {
@@ -290,7 +328,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 None => None,
             };
             let (load, seconds, peak_kib) =
-                crate::bench::measure_one(&settings, &model, engine, &photo, rung)?;
+                ladder::measure_one(&settings, &model, engine, &photo, rung)?;
             println!("{load:.3} {seconds:.3} {peak_kib}");
             Ok(())
         }
@@ -433,10 +471,39 @@ pub fn run(cli: Cli) -> Result<()> {
             mut paths,
             size,
             subject,
+            rung,
             ..
         } => {
             let output = paths.pop().expect("clap requires two paths");
-            remove(&settings, &paths, &output, &size, &subject)
+            remove(&settings, &paths, &output, &size, &subject, rung.as_deref())
+        }
+        Command::Ladder {
+            board,
+            budget,
+            json,
+        } => {
+            let pipeline = ladder::unloaded_pipeline(&settings, settings.model.as_deref())?;
+            let engine = settings.engine.kind;
+            // A report measured this board, not the one named.
+            let report = match board {
+                Some(_) => None,
+                None => Report::load(&settings.data_dir),
+            };
+            let name = board.unwrap_or_else(|| Board::detect().name);
+            let budget = budget.unwrap_or(settings.pipeline.budget_seconds);
+            if budget.is_nan() || budget <= 0.0 {
+                bail!("--budget must be a number of seconds over 0");
+            }
+            let measured = report.as_ref().and_then(|r| r.ladder.as_ref());
+            let view = ladder::view(&pipeline, engine, measured, &name, budget);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&view)?);
+            } else {
+                for line in view.lines() {
+                    println!("{line}");
+                }
+            }
+            Ok(())
         }
     }
 }
@@ -470,7 +537,7 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
         Some(path) => path.to_path_buf(),
         None => settings.data_dir.join("bench-photo.jpg"),
     };
-    std::fs::write(&photo_path, bench::test_photo())
+    std::fs::write(&photo_path, ladder::test_photo())
         .with_context(|| format!("writing {}", photo_path.display()))?;
     eprintln!(
         "one 12 MP photo per model and engine, within {seconds} s; each runs in a process of its own"
@@ -487,14 +554,14 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
         },
     )
     .and_then(|mut report| {
-        let pipeline = bench::unloaded_pipeline(settings, settings.model.as_deref())?;
+        let pipeline = ladder::unloaded_pipeline(settings, settings.model.as_deref())?;
         let model = pipeline.default_model().spec.name.clone();
         let engine = settings.engine.kind;
         let budget_seconds = settings.pipeline.budget_seconds;
         eprintln!(
             "type=auto's rungs for {model} on {engine} within the {budget_seconds} s budget, cheapest first; every view, the faster of two runs"
         );
-        let ladder = bench::measure_ladder(
+        let ladder = ladder::measure_ladder(
             settings,
             &model,
             &photo_path,
@@ -503,7 +570,9 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
             &|| false,
             |row| eprintln!("  {}", row.line()),
         )?;
-        let (_, lines) = bench::best_rung(&pipeline, engine, Some(&ladder), budget_seconds);
+        let board = Board::detect().name;
+        let (_, lines) =
+            ladder::best_rung(&pipeline, engine, Some(&ladder), &board, budget_seconds);
         report.ladder = Some(ladder);
         Ok((report, lines))
     });
@@ -542,11 +611,15 @@ fn remove(
     output: &Path,
     size: &str,
     subject: &str,
+    rung: Option<&str>,
 ) -> Result<()> {
     let size =
         SizeMode::parse(size).ok_or_else(|| anyhow!("--size must be auto, preview or full"))?;
     let subject = SubjectType::parse(subject)
         .ok_or_else(|| anyhow!("--type must be auto, person or general"))?;
+    if rung.is_some() && subject != SubjectType::Auto {
+        bail!("--rung is a rung of --type auto's ladder");
+    }
     let into_dir = inputs.len() > 1 || output.is_dir();
     if inputs.len() > 1 && !output.is_dir() {
         bail!(
@@ -566,6 +639,15 @@ fn remove(
         trial: None,
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
+    if let Some(name) = rung {
+        let rungs = pipeline.rungs();
+        let names: Vec<&str> = rungs.iter().map(|r| r.name()).collect();
+        let rung = rungs
+            .iter()
+            .find(|r| r.name() == name)
+            .ok_or_else(|| anyhow!("no rung {name:?} here; the ladder has {}", names.join(", ")))?;
+        pipeline.serve(*rung);
+    }
     // Loaded before the first photo, so that its time is not the photo's.
     let loaded = pipeline.load(subject).unwrap_or_default();
     let model = pipeline.model(subject);

@@ -22,6 +22,7 @@ pub mod error;
 pub mod fetch;
 pub mod http;
 pub mod imaging;
+pub mod ladder;
 pub mod led;
 pub mod pages;
 pub mod pipeline;

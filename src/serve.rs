@@ -2,13 +2,13 @@
 //! and tells the world (the status LED, DNS-SD, systemd, signals).
 
 use crate::app::{AppState, EngineSource};
-use crate::bench;
 use crate::board::{Board, Report};
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::discovery;
 use crate::domain::AccountName;
 use crate::http::App;
+use crate::ladder;
 use crate::led::{self, Led, NoLight};
 use crate::store::Store;
 use crate::systemd::{self, Notifier};
@@ -117,9 +117,10 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
 fn serve_best_rung(state: &AppState, settings: &Settings, report: Option<&Report>) -> bool {
     let engine = settings.engine.kind;
     let ladder = report.and_then(|r| r.ladder.as_ref());
-    let ladder = bench::measured_for(ladder, &state.pipeline, engine);
+    let ladder = ladder::measured_for(ladder, &state.pipeline, engine);
     let budget = settings.pipeline.budget_seconds;
-    let (rung, lines) = bench::best_rung(&state.pipeline, engine, ladder, budget);
+    let board = Board::detect().name;
+    let (rung, lines) = ladder::best_rung(&state.pipeline, engine, ladder, &board, budget);
     state.pipeline.serve(rung);
     for line in &lines {
         log::info!("{line}");
@@ -132,7 +133,7 @@ fn serve_best_rung(state: &AppState, settings: &Settings, report: Option<&Report
 const IDLE_BEFORE_MEASURING: Duration = Duration::from_secs(10);
 
 /// Once the server has been idle a while, times each rung on this board
-/// (`bench::measure_ladder`, in child processes at the lowest priority,
+/// (`ladder::measure_ladder`, in child processes at the lowest priority,
 /// so requests that come meanwhile go first), saves the report and serves
 /// the best rung that fits. Its progress is on the Status page.
 fn measure_when_idle(state: &AppState, settings: &Settings) {
@@ -162,7 +163,7 @@ fn measure_when_idle(state: &AppState, settings: &Settings) {
         Some(photo) => photo.clone(),
         None => {
             let photo = settings.data_dir.join("bench-photo.jpg");
-            if let Err(e) = std::fs::write(&photo, bench::test_photo()) {
+            if let Err(e) = std::fs::write(&photo, ladder::test_photo()) {
                 progress(format!(
                     "cannot measure this board: writing {}: {e}",
                     photo.display()
@@ -178,7 +179,7 @@ fn measure_when_idle(state: &AppState, settings: &Settings) {
         "measuring this board in the background: type=auto's rungs for {model} on {engine}, cheapest first, with {}",
         photo.display()
     ));
-    let measured = bench::measure_ladder(
+    let measured = ladder::measure_ladder(
         settings,
         &model,
         &photo,

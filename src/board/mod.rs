@@ -8,8 +8,10 @@
 use crate::config::{BoardFound, Config, EngineKind, ServerConfig};
 use std::path::Path;
 
+mod known;
 mod report;
 
+pub use known::{known_board, KnownBoard, KNOWN_BOARDS};
 pub use report::{LadderReport, Measurement, Report, Row, RungRow, REPORT_FILE};
 
 /// What the defaults are chosen from.
@@ -126,6 +128,24 @@ impl Board {
         }
     }
 
+    /// A board the estimate knows (`ladder::KNOWN_BOARDS`), by name, with
+    /// its common memory and four cores, as `cutout ladder --board` takes it.
+    pub fn named(name: &str) -> anyhow::Result<Board> {
+        let known = known_board(name).ok_or_else(|| {
+            let names: Vec<&str> = KNOWN_BOARDS.iter().map(|b| b.name).collect();
+            anyhow::anyhow!(
+                "no published figures for {name:?}; known: {}",
+                names.join(", ")
+            )
+        })?;
+        Ok(Board {
+            name: known.name.to_owned(),
+            memory: known.memory_mib * MIB,
+            cores: 4,
+            int8_dot_product: known.int8_dot_product,
+        })
+    }
+
     /// "Raspberry Pi 4 Model B Rev 1.4, 4 cores, 1900 MiB".
     pub fn describe(&self) -> String {
         let int8 = if self.int8_dot_product {
@@ -195,6 +215,45 @@ impl Board {
 }
 
 impl BoardDefaults {
+    /// Where this board has timed IS-Net in f32 and in int8 on the engine
+    /// chosen (`cutout bench`), the faster of the two serves, whatever the
+    /// instruction set says: int8 can pay without dot products (an x86
+    /// with AVX2 alone: 3.23 s a 12 MP photo against 5.19 s on ONNX
+    /// Runtime) and lose on tract.
+    pub fn follow(mut self, board: &Board, report: Option<&Report>) -> BoardDefaults {
+        let Some(report) = report.filter(|r| r.board.starts_with(&board.name)) else {
+            return self;
+        };
+        if !self.model.starts_with("isnet") {
+            return self;
+        }
+        let seconds = |model: &str| {
+            report.rows.iter().find_map(|row| match row.outcome {
+                Measurement::Measured { seconds, .. }
+                    if row.model == model && row.engine == self.engine.to_string() =>
+                {
+                    Some(seconds)
+                }
+                _ => None,
+            })
+        };
+        if let (Some(f32), Some(int8)) = (seconds("isnet"), seconds("isnet-int8")) {
+            let (model, faster, slower) = match int8 < f32 {
+                true => ("isnet-int8", int8, f32),
+                false => ("isnet", f32, int8),
+            };
+            if model != self.model {
+                self.why = format!(
+                    "{}; but this board measured {model} faster ({faster:.2} s a 12 MP photo \
+                     against {slower:.2} s): {model}",
+                    self.why
+                );
+                self.model = model;
+            }
+        }
+        self
+    }
+
     /// What the log and the Status page say of the choice.
     pub fn summary(&self) -> String {
         format!("{} on {} ({})", self.model, self.engine, self.why)
@@ -406,6 +465,71 @@ mod tests {
         isnet_int8: true,
         isnet_int8_on_tract: true,
     };
+
+    #[test]
+    fn a_boards_own_measurement_of_int8_and_f32_decides_between_them() {
+        let row = |model: &str, engine: &str, seconds| Row {
+            model: model.into(),
+            engine: engine.into(),
+            outcome: Measurement::Measured {
+                load_seconds: 1.0,
+                seconds,
+                peak_mib: 900,
+            },
+        };
+        let avx2 = board(8192, false);
+        let report = |rows| Report {
+            at_unix: 0,
+            board: avx2.describe(),
+            memory_mib: 8192,
+            rows,
+            recommended: None,
+            ladder: None,
+        };
+        // No dot products, yet int8 measured faster on ONNX Runtime.
+        let measured = report(vec![
+            row("isnet", "onnxruntime", 5.19),
+            row("isnet-int8", "onnxruntime", 3.23),
+            row("isnet-int8", "tract", 27.3),
+        ]);
+        let follow = |b: &Board, report| b.defaults(&EVERYTHING, None).follow(b, report);
+        let defaults = follow(&avx2, Some(&measured));
+        assert_eq!(defaults.model, "isnet-int8");
+        assert!(defaults.why.contains("3.23 s"), "{}", defaults.why);
+        assert_eq!(follow(&avx2, None).model, "isnet");
+        // On tract int8 is three times slower here: f32 stays.
+        let on_tract = avx2.defaults(&EVERYTHING, Some(EngineKind::Tract));
+        let measured_tract = report(vec![
+            row("isnet", "tract", 9.1),
+            row("isnet-int8", "tract", 27.3),
+        ]);
+        assert_eq!(on_tract.follow(&avx2, Some(&measured_tract)).model, "isnet");
+        // With dot products and int8 slower (it can happen): f32.
+        let vnni = board(8192, true);
+        let slower = Report {
+            board: vnni.describe(),
+            ..report(vec![
+                row("isnet", "onnxruntime", 2.0),
+                row("isnet-int8", "onnxruntime", 2.5),
+            ])
+        };
+        assert_eq!(follow(&vnni, Some(&slower)).model, "isnet");
+        // Another board's report, or only one of the two measured: the rule.
+        let other = Report {
+            board: "Raspberry Pi 4 Model B, 4 cores, 4096 MiB".into(),
+            ..measured.clone()
+        };
+        assert_eq!(follow(&avx2, Some(&other)).model, "isnet");
+        let one = report(vec![row("isnet-int8", "onnxruntime", 3.23)]);
+        assert_eq!(follow(&avx2, Some(&one)).model, "isnet");
+        // Too small for IS-Net: U2NetP whatever was measured.
+        let small = board(1024, false);
+        let small_report = Report {
+            board: small.describe(),
+            ..measured.clone()
+        };
+        assert_eq!(follow(&small, Some(&small_report)).model, "u2netp");
+    }
 
     #[test]
     fn each_board_class_gets_the_model_and_engine_that_fit_it() {

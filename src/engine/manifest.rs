@@ -16,6 +16,7 @@ pub struct Manifest {
     #[serde(rename = "model")]
     pub models: Vec<ModelSpec>,
     pub onnxruntime: RuntimeSpec,
+    pub peers: Peers,
 }
 
 /// ONNX Runtime's shared library, as `make onnxruntime` puts it beside the models.
@@ -99,13 +100,35 @@ pub struct ModelSpec {
     pub variant_of: Option<String>,
 }
 
-/// The mean over the four dev sets of its MAE over the best peer's
-/// (`make eval`): alone, and as `type=auto` serves it where that is more.
-#[derive(Debug, Clone, Copy, Deserialize)]
+/// Its MAE on each dev set (`make eval`, in the order of `Peers::sets`):
+/// alone, and on each of `type=auto`'s rungs that it leads.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DevMae {
-    pub alone: f64,
-    pub auto: Option<f64>,
+    pub alone: Option<Vec<f64>>,
+    pub views: Option<Vec<f64>>,
+    pub one_view: Option<Vec<f64>>,
+}
+
+/// The peers' figures on the dev sets (../shared/eval/REFERENCE.md: the
+/// same weights, the peers' own processing) and what each costs a 12 MP
+/// photo (bench/cost.py), for the ladder to say which peers fit a budget.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peers {
+    pub sets: Vec<String>,
+    #[serde(rename = "peer")]
+    pub peers: Vec<Peer>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    pub name: String,
+    /// f32 multiply-adds of one 12 MP 4:3 photo, its whole pipeline.
+    pub gmacs_12mp: f64,
+    /// MAE on each of `Peers::sets`.
+    pub mae: Vec<f64>,
 }
 
 /// The resampling filter a photo is shrunk to a model's input with.
@@ -371,6 +394,18 @@ mod tests {
             InputFilter::Bilinear
         );
         assert_eq!(m.model(None).unwrap().input_filter, InputFilter::CatmullRom);
+        // Every dev-set figure has one MAE a set, peers' and models' alike.
+        let sets = m.peers.sets.len();
+        assert!(m.peers.peers.iter().all(|p| p.mae.len() == sets));
+        for mae in m.models.iter().filter_map(|spec| spec.dev_mae.as_ref()) {
+            for figures in [&mae.alone, &mae.views, &mae.one_view]
+                .into_iter()
+                .flatten()
+            {
+                assert_eq!(figures.len(), sets);
+                assert!(figures.iter().all(|&f| f > 0.0 && f < 1.0), "{figures:?}");
+            }
+        }
         let models = m
             .models_for(Some("u2netp"), true, EngineKind::Tract, none.path())
             .unwrap();

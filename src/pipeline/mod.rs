@@ -4,14 +4,14 @@
 //! back-pressure is `queue`; decoded photos' memory is reused through
 //! `spare`.
 
-pub mod ladder;
 pub mod memory;
 mod queue;
+pub mod rungs;
 mod spare;
 mod views;
 
-pub use ladder::Rung;
 pub use queue::{Held, NoTurn, Place, WorkQueue};
+pub use rungs::Rung;
 
 use crate::domain::{SizeMode, SubjectType};
 use crate::engine::preprocess::{
@@ -249,13 +249,15 @@ impl Pipeline {
     /// `type=auto`'s blend (`views::blend`) of `first` (the model's own
     /// view, before levels), the model's other views and the blended
     /// models' views, on `first`'s grid; and the models that made it,
-    /// joined by `+`.
+    /// joined by `+`. Without `own_views` the model's other views are not
+    /// run and its first counts in their place (`Rung::OneView`).
     fn blend(
         &self,
         model: &Model,
         blend: &Blend,
         original: &DynamicImage,
         (first_input, first): (&DynamicImage, Vec<u8>),
+        own_views: bool,
         watch: &mut Stopwatch,
     ) -> Result<(Vec<u8>, String), ApiError> {
         let grid = (first_input.width(), first_input.height());
@@ -280,7 +282,8 @@ impl Pipeline {
         // third more work than its first): they run where the first is in
         // doubt, unless the bench asks for every view.
         let mut own = vec![first];
-        let more = self.every_view || views::more_views_wanted(blend, &own[0], &others);
+        let more =
+            own_views && (self.every_view || views::more_views_wanted(blend, &own[0], &others));
         for &input in &blend.inputs {
             let view = if more {
                 view(model, input, watch)?
@@ -378,9 +381,9 @@ impl Pipeline {
         };
         let model = match rung {
             Rung::Fast => &self.models[self.blended[0]],
-            Rung::Views | Rung::Alone => self.model(subject),
+            Rung::Views | Rung::OneView | Rung::Alone => self.model(subject),
         };
-        let views = subject == SubjectType::Auto && rung == Rung::Views;
+        let views = subject == SubjectType::Auto && rung.blends();
         let original = imaging::decode_reusing(bytes, self.spare_pixels.take(), self.max_pixels)?;
         watch.lap("decode");
         let (w, h) = (original.width(), original.height());
@@ -416,7 +419,8 @@ impl Pipeline {
         let blended = match blend {
             Some(blend) if asked.is_none() || self.every_view => {
                 let first = (&model_input, std::mem::take(&mut first));
-                Some(self.blend(model, blend, &original, first, &mut watch)?)
+                let own_views = rung == Rung::Views;
+                Some(self.blend(model, blend, &original, first, own_views, &mut watch)?)
             }
             _ => None,
         };
@@ -763,12 +767,22 @@ mod tests {
         // The bench runs every view.
         let every_view = isnet_blending_u2netp().with_every_view();
         assert_eq!(isnet_runs(every_view, 0.5), 2);
+        // `one-view` never runs it, in doubt or timed by the bench.
+        let one_view = isnet_blending_u2netp();
+        one_view.serve(Rung::OneView);
+        assert_eq!(isnet_runs(one_view, 0.6), 1);
+        let one_view = isnet_blending_u2netp().with_every_view();
+        one_view.serve(Rung::OneView);
+        assert_eq!(isnet_runs(one_view, 0.6), 1);
     }
 
     #[test]
     fn auto_serves_the_rung_it_is_told_and_the_other_types_are_unchanged() {
         let pipeline = isnet_blending_u2netp();
-        assert_eq!(pipeline.rungs(), [Rung::Views, Rung::Alone, Rung::Fast]);
+        assert_eq!(
+            pipeline.rungs(),
+            [Rung::Views, Rung::OneView, Rung::Alone, Rung::Fast]
+        );
         set_engine(
             &pipeline,
             0,
@@ -814,6 +828,8 @@ mod tests {
         let (isnet, u2netp) = (152_208u64, 192_931u64);
         let views = isnet * (1024 * 768 + 1024 * 1024) + u2netp * 256 * 256;
         assert_eq!(pipeline.rung_macs(Rung::Views, 4000, 3000), (views, 0));
+        let one_view = isnet * 1024 * 768 + u2netp * 256 * 256;
+        assert_eq!(pipeline.rung_macs(Rung::OneView, 4000, 3000), (one_view, 0));
         assert_eq!(
             pipeline.rung_macs(Rung::Alone, 4000, 3000),
             (isnet * 1024 * 768, 0)

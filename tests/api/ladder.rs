@@ -147,3 +147,133 @@ fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
     );
     assert!(stdout.contains("its time here not known yet"), "{stdout}");
 }
+
+/// `cutout ladder` on a named board: its defaults where nothing is
+/// configured, each rung's cost and quality, the peers that fit the
+/// budget, and which rung serves; `--budget` moves the choice.
+#[test]
+fn cutout_ladder_shows_each_rung_and_which_serves_on_a_named_board() {
+    let dir = tempfile::tempdir().unwrap();
+    let ladder = |args: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .arg("--models-dir")
+            .arg(models_dir())
+            .arg("ladder")
+            .args(args)
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let json = |args: &[&str], env: &[(&str, &str)]| {
+        let (code, stdout, stderr) = ladder(&[args, &["--json"]].concat(), env);
+        assert_eq!(code, Some(0), "{stderr}");
+        serde_json::from_str::<serde_json::Value>(&stdout).unwrap()
+    };
+    let isnet = [("CUTOUT_MODEL", "isnet"), ("CUTOUT_ENGINE", "onnxruntime")];
+    let pi4 = json(&["--board", "Raspberry Pi 4"], &isnet);
+    assert_eq!(pi4["board"], "Raspberry Pi 4");
+    assert_eq!(pi4["serves"], "fast");
+    let names: Vec<&str> = pi4["rungs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["views", "one-view", "alone", "fast"]);
+    for rung in pi4["rungs"].as_array().unwrap() {
+        assert!(rung["gmacs_12mp"].as_f64().unwrap() > 10.0, "{rung}");
+        assert!(rung["gmacs_frame"].as_f64().unwrap() > 10.0, "{rung}");
+        assert!(rung["seconds"].as_f64().unwrap() > 0.0, "{rung}");
+        assert_eq!(rung["measured"], false);
+        assert_eq!(rung["mae"].as_array().unwrap().len(), 4, "{rung}");
+    }
+    assert!(pi4["seconds_from"]
+        .as_str()
+        .unwrap()
+        .starts_with("an estimate, not a measurement: Raspberry Pi 4 at 12.0 GMAC/s"));
+    // A Pi 5 at 4 s: IS-Net alone fits, both of its blends do not; at 5 s
+    // the one-view blend does.
+    let pi5 = json(&["--board", "Raspberry Pi 5"], &isnet);
+    assert_eq!(pi5["serves"], "alone");
+    let pi5 = json(&["--board", "Raspberry Pi 5", "--budget", "5"], &isnet);
+    assert_eq!(pi5["serves"], "one-view");
+    // A Pi 3 with nothing configured: the board rule's U2NetP on tract.
+    let pi3 = json(&["--board", "raspberry pi 3"], &[]);
+    assert_eq!(
+        (pi3["model"].as_str(), pi3["engine"].as_str()),
+        (Some("u2netp"), Some("tract"))
+    );
+    assert_eq!(pi3["rungs"].as_array().unwrap().len(), 1);
+    // The table says the same.
+    let (code, table, _) = ladder(&["--board", "Raspberry Pi 4"], &isnet);
+    assert_eq!(code, Some(0));
+    assert!(
+        table
+            .lines()
+            .any(|l| l.trim_start().starts_with("fast") && l.ends_with("<- serves")),
+        "{table}"
+    );
+    assert!(
+        table.contains("type=auto serves fast within 4 s"),
+        "{table}"
+    );
+    // A board it knows nothing of, and a budget that is no budget.
+    let (code, _, stderr) = ladder(&["--board", "Commodore 64"], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("known: Raspberry Pi 5, Raspberry Pi 4, Raspberry Pi 3"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = ladder(&["--board", "Raspberry Pi 4", "--budget", "0"], &isnet);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--budget must be"), "{stderr}");
+}
+
+/// `cutout remove --rung` cuts out with that rung of `type=auto`'s ladder.
+#[test]
+fn cutout_remove_serves_the_rung_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.jpg"), dir.path().join("out.png"));
+    std::fs::write(&input, jpeg(200, 150)).unwrap();
+    let remove = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+            .arg("--models-dir")
+            .arg(models_dir())
+            .arg("remove")
+            .args([&input, &output])
+            .args(["--model", "isnet", "--engine", "onnxruntime"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = remove(&["--rung", "fast"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("with u2netp on"), "{stderr}");
+    let (code, stderr) = remove(&["--rung", "one-view"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("with isnet+u2netp on"), "{stderr}");
+    let (code, stderr) = remove(&["--rung", "quick"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("no rung \"quick\" here; the ladder has views, one-view, alone, fast"),
+        "{stderr}"
+    );
+    let (code, stderr) = remove(&["--rung", "fast", "--type", "person"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("--rung is a rung of --type auto's ladder"),
+        "{stderr}"
+    );
+}

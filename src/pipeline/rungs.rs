@@ -1,0 +1,169 @@
+//! `type=auto`'s rungs: the ways it may serve a photo, from the best
+//! mattes down to one fast model, what each runs and what that costs in
+//! multiply-adds. Which rung serves is the ladder's choice (`crate::ladder`).
+//! Nothing here runs a model.
+
+use super::Pipeline;
+use crate::engine::preprocess::input_layout;
+use crate::engine::{InputSpec, ModelSpec};
+use std::sync::atomic::Ordering;
+
+/// One way to serve `type=auto`, best mattes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rung {
+    /// The configured model's views blended, with the person model's
+    /// second opinion where it is unsure: the manifest's whole `type=auto`.
+    Views,
+    /// The same with the model's first view alone: its other views (IS-Net
+    /// squashed to 1024², a third more work than the first) left out.
+    OneView,
+    /// The configured model alone, as `type=general` runs it.
+    Alone,
+    /// The blend's small model alone (U2NetP).
+    Fast,
+}
+
+impl Rung {
+    /// Best mattes first.
+    pub const ALL: [Rung; 4] = [Rung::Views, Rung::OneView, Rung::Alone, Rung::Fast];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Rung::Views => "views",
+            Rung::OneView => "one-view",
+            Rung::Alone => "alone",
+            Rung::Fast => "fast",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Rung> {
+        Rung::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// Whether the rung blends the configured model's views with the
+    /// blended models' and asks the person model where unsure.
+    pub fn blends(self) -> bool {
+        matches!(self, Rung::Views | Rung::OneView)
+    }
+}
+
+impl Pipeline {
+    /// The rungs `type=auto` may serve here, best first: where it is more
+    /// than one model run, the whole `auto`, the same with one view of its
+    /// model (where it has more), its model alone and the blend's small
+    /// model alone; else its model alone.
+    pub fn rungs(&self) -> Vec<Rung> {
+        let spec = &self.default_model().spec;
+        let several = spec.blend.is_some() || (spec.second_opinion.is_some() && self.person != 0);
+        if !several {
+            return vec![Rung::Alone];
+        }
+        let more_views = spec.blend.as_ref().is_some_and(|b| !b.inputs.is_empty());
+        Rung::ALL
+            .into_iter()
+            .filter(|rung| match rung {
+                Rung::OneView => more_views,
+                Rung::Fast => !self.blended.is_empty(),
+                Rung::Views | Rung::Alone => true,
+            })
+            .collect()
+    }
+
+    /// What `rung` runs here.
+    pub fn describe(&self, rung: Rung) -> String {
+        let auto = &self.default_model().spec;
+        match rung {
+            Rung::Views | Rung::OneView => {
+                let mut runs = vec![match (&auto.blend, rung) {
+                    (Some(_), Rung::Views) => format!("{}'s views", auto.name),
+                    _ => auto.name.clone(),
+                }];
+                runs.extend(
+                    self.blended
+                        .iter()
+                        .map(|&i| self.models[i].spec.name.clone()),
+                );
+                let mut text = runs.join(" + ");
+                if auto.second_opinion.is_some() && self.person != 0 {
+                    let person = &self.models[self.person].spec.name;
+                    text += &format!(", {person}'s second opinion");
+                }
+                text
+            }
+            Rung::Alone => format!("{} alone", auto.name),
+            Rung::Fast => format!("{} alone", self.models[self.blended[0]].spec.name),
+        }
+    }
+
+    /// `rung`'s MAE on each dev set (`make eval`, the manifest's
+    /// `dev_mae`), where measured.
+    pub fn dev_mae(&self, rung: Rung) -> Option<&[f64]> {
+        let mae = match rung {
+            Rung::Fast => self.models[self.blended[0]]
+                .spec
+                .dev_mae
+                .as_ref()?
+                .alone
+                .as_ref(),
+            _ => {
+                let mae = self.default_model().spec.dev_mae.as_ref()?;
+                match rung {
+                    Rung::Views => mae.views.as_ref(),
+                    Rung::OneView => mae.one_view.as_ref(),
+                    _ => mae.alone.as_ref(),
+                }
+            }
+        };
+        mae.map(Vec::as_slice)
+    }
+
+    pub fn serving(&self) -> Rung {
+        Rung::ALL[self.serving.load(Ordering::Relaxed)]
+    }
+
+    /// From now on `type=auto` is served with `rung` (one of `rungs`).
+    pub fn serve(&self, rung: Rung) {
+        let index = Rung::ALL.iter().position(|r| *r == rung).expect("in ALL");
+        self.serving.store(index, Ordering::Relaxed);
+    }
+
+    /// The multiply-adds of the most a `width`×`height` photo can cost on
+    /// `rung`: every view and the second opinion, as `(f32, int8)`.
+    pub fn rung_macs(&self, rung: Rung, width: u32, height: u32) -> (u64, u64) {
+        let auto = self.default_model();
+        let mut runs: Vec<(&ModelSpec, InputSpec)> = Vec::new();
+        match rung {
+            Rung::Views | Rung::OneView => {
+                runs.push((&auto.spec, auto.spec.input));
+                if let Some(blend) = &auto.spec.blend {
+                    if rung == Rung::Views {
+                        runs.extend(blend.inputs.iter().map(|&input| (&auto.spec, input)));
+                    }
+                    runs.extend(self.blended.iter().map(|&i| {
+                        let spec = &self.models[i].spec;
+                        (spec, spec.input)
+                    }));
+                }
+                if auto.spec.second_opinion.is_some() && self.person != 0 {
+                    let spec = &self.models[self.person].spec;
+                    runs.push((spec, spec.input));
+                }
+            }
+            Rung::Alone => runs.push((&auto.spec, auto.spec.input)),
+            Rung::Fast => {
+                let spec = &self.models[self.blended[0]].spec;
+                runs.push((spec, spec.input));
+            }
+        }
+        let mut macs = (0, 0);
+        for (spec, input) in runs {
+            let (w, h) = input_layout(input, width, height).input;
+            let run = spec.macs_per_pixel * u64::from(w) * u64::from(h);
+            match spec.int8 {
+                true => macs.1 += run,
+                false => macs.0 += run,
+            }
+        }
+        macs
+    }
+}
