@@ -699,8 +699,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn rungs_are_timed_by_the_boards_own_measurement_else_on_paper() {
+    /// IS-Net as the default configuration serves it on a board where it
+    /// fits: U2NetP blended, MODNet for people; no model loaded.
+    fn isnet_pipeline() -> Pipeline {
         let manifest = Manifest::builtin();
         let spec = |name| manifest.require(Some(name)).unwrap().clone();
         let models = crate::pipeline::Models {
@@ -709,7 +710,12 @@ mod tests {
             general: spec("isnet"),
             blended: vec![spec("u2netp")],
         };
-        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        Pipeline::new(models, None, 1, 0, u64::MAX)
+    }
+
+    #[test]
+    fn rungs_are_timed_by_the_boards_own_measurement_else_on_paper() {
+        let pipeline = isnet_pipeline();
         let pi4 = "Raspberry Pi 4 Model B Rev 1.4";
         let seconds = |engine, ladder, board| -> Vec<(Rung, Option<f64>)> {
             rung_seconds(&pipeline, engine, ladder, board)
@@ -804,15 +810,7 @@ mod tests {
 
     #[test]
     fn the_ladder_view_shows_each_rungs_cost_and_quality_and_what_serves() {
-        let manifest = Manifest::builtin();
-        let spec = |name| manifest.require(Some(name)).unwrap().clone();
-        let models = crate::pipeline::Models {
-            auto: spec("isnet"),
-            person: spec("modnet"),
-            general: spec("isnet"),
-            blended: vec![spec("u2netp")],
-        };
-        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        let pipeline = isnet_pipeline();
         let pi4 = view(
             &pipeline,
             EngineKind::Onnxruntime,
