@@ -3,7 +3,7 @@
 
 use crate::board::{Board, Installed, Report};
 use crate::clock::Clock;
-use crate::config::{Config, Settings, DEFAULT_CONFIG_FILE, DEFAULT_MODELS_DIR};
+use crate::config::{Config, Settings, DEFAULT_CONFIG_FILE, DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR};
 use crate::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectType};
 use crate::engine::{EngineKind, Manifest, OnnxRuntimeTrial};
 use crate::imaging::Finish;
@@ -249,22 +249,22 @@ fn settings(cli: &Cli) -> Result<Settings> {
         return Ok(Settings::from_config(config)?);
     }
     // What no layer set comes from the board.
-    let board = match &cli.command {
+    // A board only named has not measured itself: no report of its own.
+    let (board, report) = match &cli.command {
         Command::Ladder {
             board: Some(name), ..
-        } => Board::named(name)?,
-        _ => Board::detect(),
+        } => (Board::named(name)?, None),
+        _ => {
+            let data_dir = config.data_dir.as_deref();
+            let report = Report::load(data_dir.unwrap_or(Path::new(DEFAULT_DATA_DIR)));
+            (Board::detect(), report)
+        }
     };
     let models_dir = config
         .models_dir
         .clone()
         .unwrap_or_else(|| DEFAULT_MODELS_DIR.into());
     let installed = Installed::find(&models_dir, config.onnxruntime.library.as_deref());
-    // A board only named has not measured itself.
-    let report = match &cli.command {
-        Command::Ladder { board: Some(_), .. } => None,
-        _ => Report::load(config.data_dir.as_deref().unwrap_or(Path::new("./data"))),
-    };
     let defaults = board
         .defaults(&installed, config.engine)
         .follow(&board, report.as_ref());

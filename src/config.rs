@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub const DEFAULT_MODELS_DIR: &str = "./models";
+pub const DEFAULT_DATA_DIR: &str = "./data";
 
 /// The file read when `--config` is not given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/cutout/cutout.toml";
@@ -622,7 +623,7 @@ impl Settings {
             ));
         }
         Ok(Settings {
-            data_dir: config.data_dir.unwrap_or_else(|| "./data".into()),
+            data_dir: config.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             store: StoreSettings {
                 url: store.url,
                 password_file: store.password_file,

@@ -224,7 +224,7 @@ impl BoardDefaults {
         let Some(report) = report.filter(|r| r.board.starts_with(&board.name)) else {
             return self;
         };
-        if !self.model.starts_with("isnet") {
+        if !self.isnet_fits {
             return self;
         }
         let seconds = |model: &str| {
