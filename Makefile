@@ -53,13 +53,10 @@ bench-store:
 
 # Cut-out quality on the four sets of ../shared/eval/dev next to the peers'
 # reference figures, sets worse than the best peer flagged (bench/eval.py;
-# about 40 minutes, 12 for EVAL_ARGS="--models default"); then each rung of
-# type=auto and the peers on the sets' 16:9 crops, made here (bench/wide.py,
-# WIDE_ARGS; about 10 minutes). Cut-outs: target/eval/.
+# about 40 minutes, 12 for EVAL_ARGS="--models default"). Cut-outs: target/eval/.
 eval: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/eval.py $(EVAL_ARGS)
-	python3 bench/wide.py $(WIDE_ARGS)
 
 lint:
 	$(CARGO) fmt --all -- --check

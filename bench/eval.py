@@ -3,6 +3,7 @@
 
     python3 bench/eval.py [--models default,isnet,isnet-int8,modnet,u2netp] [--engine onnxruntime]
                           [--sets alphamatting,grabcut,coco_mval,berkeley] [--type auto] [--rung NAME]
+                          [--no-wide]
 
 Runs `cutout remove` (the API's pipeline) on every photo of each dev set,
 scores the cut-outs with ../shared/tools/quality_metrics.py and prints one
@@ -18,6 +19,8 @@ On alphamatting, whose truth is a real alpha, bench/composite.py also
 measures the cut-outs' colour over new backgrounds.
 `default` is what `type=auto` gives in the default configuration; `--rung`
 cuts out with one rung of its ladder instead of the best (`cutout ladder`).
+Then, for the models that lead a ladder and unless `--no-wide` or `--rung`,
+bench/wide.py scores every rung and the peers on the sets' 16:9 crops.
 Needs `cargo build --release`, `make models` (and `make onnxruntime`). The
 photos stay outside the repository: BMPs are converted to PNG (lossless)
 under target/eval, where the cut-outs land too.
@@ -102,6 +105,7 @@ def main():
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--type", default="auto")
     ap.add_argument("--rung")
+    ap.add_argument("--no-wide", action="store_true", help="skip bench/wide.py's 16:9 crops")
     args = ap.parse_args()
     py = python()
     refs = references()
@@ -153,6 +157,12 @@ def main():
             c = s["composite"]
             print(f"| {name} | {model} | {c['cutout_colours']:.4f} | {c['photo_colours']:.4f} |")
     print(f"\n`python3 bench/eval.py {' '.join(sys.argv[1:])}`, engine {args.engine}")
+    # The rungs of type=auto on the sets' 16:9 crops, beside the peers (bench/wide.py).
+    ladders = [m for m in args.models.split(",") if m in ("default", "isnet", "isnet-int8")]
+    if ladders and not args.rung and not args.no_wide:
+        print(flush=True)
+        subprocess.run([sys.executable, ROOT / "bench" / "wide.py", "--models", ",".join(ladders),
+                        "--engine", args.engine, "--sets", args.sets], check=True)
 
 
 if __name__ == "__main__":

