@@ -76,6 +76,11 @@ pub struct Settings {
     /// The networks `image_url` and `bg_image_url` may be fetched from;
     /// empty, neither is fetched.
     pub fetch_allow: Vec<ipnet::IpNet>,
+    pub button: ButtonConfig,
+    /// The account a booth approved by the button joins.
+    pub pairing_account: Option<String>,
+    pub pairing_expire_seconds: i64,
+    pub setup_console: Option<PathBuf>,
 }
 
 const DEFAULT_UPLOAD_BUFFER_MIB: u64 = 160;
@@ -185,6 +190,8 @@ pub struct MdnsConfig {
     pub enabled: Option<bool>,
     /// The instance name booths show; default "cutout on HOSTNAME".
     pub name: Option<String>,
+    /// Multicast DNS's port; tests pick another than 5353.
+    pub port: Option<u16>,
 }
 
 impl MdnsConfig {
@@ -192,8 +199,40 @@ impl MdnsConfig {
         MdnsConfig {
             enabled: self.enabled.or(lower.enabled),
             name: self.name.or(lower.name),
+            port: self.port.or(lower.port),
         }
     }
+}
+
+/// The `[button]` table: a push button that proves someone stands at the
+/// board (button.rs reads it).
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ButtonConfig {
+    /// The BCM number of a pin with a button to ground.
+    pub gpio_pin: Option<u8>,
+    /// A file that reads `1` while the button is pressed (a sysfs GPIO's
+    /// `value`).
+    pub value_file: Option<PathBuf>,
+}
+
+/// The `[pairing]` table: booths asking for a key (pairing.rs).
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairingConfig {
+    /// The account a booth approved by the button joins; unset, the only
+    /// account when there is exactly one.
+    pub account: Option<String>,
+    /// How long a request waits for the operator.
+    pub expire_seconds: Option<u32>,
+}
+
+/// The `[setup]` table: where a new appliance shows its setup code.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetupConfig {
+    /// The board's console (`/dev/tty1`: the screen plugged into it).
+    pub console: Option<PathBuf>,
 }
 
 /// HTTPS: where it listens, its certificate, and whether plain HTTP stays.
@@ -244,6 +283,12 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     #[serde(default)]
     pub fetch: FetchConfig,
+    #[serde(default)]
+    pub button: ButtonConfig,
+    #[serde(default)]
+    pub pairing: PairingConfig,
+    #[serde(default)]
+    pub setup: SetupConfig,
 }
 
 /// The `[fetch]` table: where remove.bg's `image_url` and `bg_image_url`
@@ -484,6 +529,17 @@ impl Config {
             fetch: FetchConfig {
                 allow: self.fetch.allow.or(lower.fetch.allow),
             },
+            button: ButtonConfig {
+                gpio_pin: self.button.gpio_pin.or(lower.button.gpio_pin),
+                value_file: self.button.value_file.or(lower.button.value_file),
+            },
+            pairing: PairingConfig {
+                account: self.pairing.account.or(lower.pairing.account),
+                expire_seconds: self.pairing.expire_seconds.or(lower.pairing.expire_seconds),
+            },
+            setup: SetupConfig {
+                console: self.setup.console.or(lower.setup.console),
+            },
         }
     }
 }
@@ -500,6 +556,9 @@ const SECTIONS: &[&str] = &[
     "store",
     "pipeline",
     "fetch",
+    "button",
+    "pairing",
+    "setup",
 ];
 
 /// Keys whose environment variable is a comma-separated list.
@@ -683,6 +742,18 @@ impl Settings {
             engine_note: None,
             pipeline,
             fetch_allow,
+            button: config.button,
+            pairing_account: config.pairing.account,
+            pairing_expire_seconds: match config.pairing.expire_seconds {
+                None => 120,
+                Some(0) => {
+                    return Err(ConfigError::Invalid(
+                        "pairing.expire_seconds must be at least 1".into(),
+                    ))
+                }
+                Some(s) => s.into(),
+            },
+            setup_console: config.setup.console,
         })
     }
 }

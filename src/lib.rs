@@ -11,6 +11,7 @@ pub mod allocator;
 pub mod app;
 pub mod bench;
 pub mod board;
+pub mod button;
 pub mod cli;
 
 pub mod clock;
@@ -25,6 +26,7 @@ pub mod imaging;
 pub mod ladder;
 pub mod led;
 pub mod pages;
+pub mod pairing;
 pub mod pipeline;
 pub mod secrets;
 pub mod serve;

@@ -3,6 +3,7 @@
 
 use crate::app::{AppState, EngineSource};
 use crate::board::{Board, Report};
+use crate::button::Button;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::discovery;
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 pub fn serve(settings: Settings, demo: bool) -> Result<()> {
     let notifier = Notifier::from_env();
     let led_config = settings.led.clone();
+    let button_config = settings.button.clone();
     let mdns = settings.mdns.clone();
     if let Some(board) = &settings.board {
         log::info!(
@@ -50,6 +52,19 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
     let led = Led::start(light, led_config.idle_level(), move || {
         led_state.led_state()
     });
+    let _button = match button_config.open() {
+        None => None,
+        Some(Ok(input)) => {
+            let state = app.state();
+            Some(Button::start(input, move || state.button_pressed()))
+        }
+        Some(Err(why)) => {
+            log::error!(
+                "{why}; running without the button (setup and pairing on the dashboard only)"
+            );
+            None
+        }
+    };
     if demo {
         print_demo_key(app.state().store.as_ref(), app.addr())?;
     }
@@ -66,7 +81,8 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
             .name
             .unwrap_or_else(|| format!("cutout on {}", discovery::hostname()));
         let https_port = app.tls_addr().map(|a| a.port());
-        match discovery::announce(app.addr(), https_port, &name, discovery::MDNS_PORT) {
+        let port = mdns.port.unwrap_or(discovery::MDNS_PORT);
+        match discovery::announce(app.addr(), https_port, &name, port) {
             Ok(announcer) => {
                 log::info!("announced as {name:?} ({})", discovery::SERVICE_TYPE);
                 Some(announcer)

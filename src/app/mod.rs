@@ -4,6 +4,7 @@
 //! `http` serves it; `systemd`, the LED and the status page watch it.
 
 mod admission;
+pub mod setup;
 pub mod throttle;
 pub mod tries;
 
@@ -16,8 +17,8 @@ use crate::config::Settings;
 use crate::domain::SubjectType;
 use crate::engine::{Engine, InferError, Manifest, OnnxRuntimeTrial, Readiness};
 use crate::led;
+use crate::pairing::{Pairings, PendingView};
 use crate::pipeline::{Loader, Models, Pipeline};
-use crate::secrets::random_token;
 use crate::stats::Stats;
 use crate::store::{self, Store};
 use anyhow::{Context, Result};
@@ -64,8 +65,34 @@ pub struct AppState {
     pub ladder: Mutex<Vec<String>>,
     /// Where `image_url` and `bg_image_url` may be fetched from.
     pub fetch_allow: Vec<ipnet::IpNet>,
+    /// Booths asking to pair.
+    pub pairings: Pairings,
+    /// The account a booth approved by the button joins.
+    pairing_account: Option<String>,
+    /// Whether a button is configured (setup and pairing offer it).
+    pub button: bool,
+    /// Where a person opens setup, as the console and the log say it.
+    setup_page: String,
+    setup_console: Option<PathBuf>,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
+}
+
+/// The setup page's address as a person types it: the host's mDNS name,
+/// over HTTPS where it is on.
+fn setup_page(addr: SocketAddr, https: Option<SocketAddr>) -> String {
+    let (scheme, addr) = match https {
+        Some(https) => ("https", https),
+        None => ("http", addr),
+    };
+    match addr.ip().is_unspecified() {
+        true => format!(
+            "{scheme}://{}.local:{}/setup",
+            crate::discovery::hostname(),
+            addr.port()
+        ),
+        false => format!("{scheme}://{addr}/setup"),
+    }
 }
 
 /// Where HTTPS listens, and what a booth pins.
@@ -75,23 +102,17 @@ pub struct TlsInfo {
 }
 
 /// What the dashboard keeps between requests besides the database.
-#[derive(Default)]
 pub struct DashboardState {
     pub throttle: throttle::LoginThrottle,
     pub tries: tries::Tries,
-    /// The one-time setup link's token, while no operator password is set.
-    setup_token: Mutex<Option<String>>,
+    /// What opens the password form while no operator password is set.
+    pub setup: setup::Setup,
 }
 
 impl DashboardState {
+    /// The one-time link's token, while setup is open.
     pub fn setup_token(&self) -> Option<String> {
-        self.setup_token_lock().clone()
-    }
-
-    /// Held while the link is checked and used, so that two uses cannot
-    /// both win.
-    pub fn setup_token_lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.setup_token.lock().unwrap_or_else(|p| p.into_inner())
+        self.setup.lock().link().map(|(token, _)| token.to_owned())
     }
 }
 
@@ -147,25 +168,12 @@ impl AppState {
             .with_max_pixels(settings.max_pixels)
             .with_memory_budget(settings.memory_budget),
         };
-        let dashboard = DashboardState::default();
-        if store.admin_password_hash()?.is_none() {
-            let token = random_token();
-            // The token travels only over HTTPS where there is HTTPS.
-            let (scheme, addr) = match &tls {
-                Some(tls) => ("https", tls.addr),
-                None => ("http", addr),
-            };
-            let host = if addr.ip().is_unspecified() {
-                format!("<this appliance's address>:{}", addr.port())
-            } else {
-                addr.to_string()
-            };
-            log::warn!(
-                "No operator password is set. Set one at {scheme}://{host}/setup?token={token} \
-                 (the link works once, until restart), or with `cutout admin set-password`."
-            );
-            *dashboard.setup_token.lock().unwrap() = Some(token);
-        }
+        let dashboard = DashboardState {
+            throttle: Default::default(),
+            tries: Default::default(),
+            setup: setup::Setup::new(store.admin_password_hash()?.is_none()),
+        };
+        let setup_page = setup_page(addr, tls.as_ref().map(|t| t.addr));
         let state = Arc::new(AppState {
             store,
             pipeline,
@@ -190,9 +198,23 @@ impl AppState {
             data_dir: settings.data_dir.clone(),
             ladder: Mutex::new(Vec::new()),
             fetch_allow: settings.fetch_allow.clone(),
+            pairings: Pairings::new(settings.pairing_expire_seconds),
+            pairing_account: settings.pairing_account.clone(),
+            button: settings.button.gpio_pin.is_some() || settings.button.value_file.is_some(),
+            setup_page,
+            setup_console: settings.setup_console.clone(),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });
+        if let Some((token, code)) = state.dashboard.setup.lock().link() {
+            state.show_setup_code(code);
+            log::warn!(
+                "No operator password is set. Set one at {}?token={token} (the link works \
+                 once, until restart), with the code {code} shown on the board's console, or \
+                 with `cutout admin set-password`.",
+                state.setup_page
+            );
+        }
         // The configured model loads in the background: the API answers 503 until then.
         let loading = state.clone();
         thread::spawn(move || {
@@ -225,8 +247,112 @@ impl AppState {
         }
     }
 
+    /// Shows the setup code on the board's console (a screen plugged into
+    /// it), where one is configured.
+    pub fn show_setup_code(&self, code: &str) {
+        let Some(console) = &self.setup_console else {
+            return;
+        };
+        let text = format!(
+            "\r\n  cutout: no operator password is set yet.\r\n  \
+             In a browser on this network, open {}\r\n  and type this code: {code}\r\n\r\n",
+            self.setup_page
+        );
+        let written = std::fs::OpenOptions::new()
+            .append(true)
+            .open(console)
+            .and_then(|mut c| std::io::Write::write_all(&mut c, text.as_bytes()));
+        if let Err(e) = written {
+            log::warn!("showing the setup code on {}: {e}", console.display());
+        }
+    }
+
+    /// A press of the appliance's button: it opens setup to the one browser
+    /// waiting for it, or else approves the one booth that asked to pair in
+    /// the last minute. Where it cannot tell which, it does nothing.
+    pub fn button_pressed(&self) {
+        let now = self.clock.now_unix();
+        match self.dashboard.setup.lock().press(now) {
+            setup::Press::Opened => {
+                log::info!("button: setup is open for a minute to the browser that waited for it");
+                return;
+            }
+            setup::Press::SeveralWaiting(n) => {
+                log::warn!("button: {n} browsers wait to set the password, so none was let in; ask again from one");
+                return;
+            }
+            setup::Press::NobodyWaiting => {}
+        }
+        let request = match self.pairings.for_the_button(now) {
+            Ok(request) => request,
+            Err(0) => return log::info!("button pressed; nothing waits for it"),
+            Err(n) => {
+                return log::warn!(
+                    "button: {n} booths asked to pair in the last minute, so none was approved; approve one on the dashboard"
+                )
+            }
+        };
+        let account = match self.button_account() {
+            Ok(account) => account,
+            Err(why) => return log::warn!("button: booth {:?} not approved: {why}", request.name),
+        };
+        if let Err(e) = self.approve_pairing(&request.handle, &account, now) {
+            log::error!("button: approving booth {:?}: {e:#}", request.name);
+        }
+    }
+
+    /// The account a booth approved by the button joins: `[pairing]
+    /// account`, or the only account there is.
+    fn button_account(&self) -> Result<String, String> {
+        if let Some(name) = &self.pairing_account {
+            return Ok(name.clone());
+        }
+        let accounts = self
+            .store
+            .accounts(crate::domain::Month::of_unix(self.clock.now_unix()))
+            .map_err(|e| e.to_string())?;
+        match accounts.as_slice() {
+            [(only, _)] => Ok(only.name.clone()),
+            _ => Err(format!(
+                "the appliance has {} accounts and [pairing] account names none",
+                accounts.len()
+            )),
+        }
+    }
+
+    /// Approves the waiting pairing request `handle`: a new key on
+    /// `account`, labelled with the booth's name, for the booth to collect.
+    /// `None` when no such request waits (nothing is issued).
+    pub fn approve_pairing(
+        &self,
+        handle: &str,
+        account: &str,
+        now: i64,
+    ) -> Result<Option<PendingView>, store::StoreError> {
+        let approved = self.pairings.approve(handle, now, |request| {
+            let account = self.store.account(account)?;
+            let key = self.store.create_key_for(account.id, &request.name, now)?;
+            Ok::<_, store::StoreError>((key, account.name))
+        })?;
+        if let Some(request) = &approved {
+            log::info!(
+                "booth {:?} at {} paired to account {account}",
+                request.name,
+                request.address
+            );
+        }
+        Ok(approved)
+    }
+
     /// What the appliance is doing, as the status LED shows it.
     pub fn led_state(&self) -> led::State {
+        let now = self.clock.now_unix();
+        if self.button
+            && (self.dashboard.setup.lock().button_window(now)
+                || self.pairings.for_the_button(now).is_ok())
+        {
+            return led::State::Waiting;
+        }
         match self.pipeline.default_model().inference.ready() {
             Err(InferError::Loading) => led::State::Starting,
             Err(_) => led::State::Degraded,

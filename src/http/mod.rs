@@ -8,6 +8,7 @@ pub mod form;
 mod gate;
 mod metrics;
 mod options;
+mod pair;
 mod refusals;
 mod respond;
 mod session;
@@ -230,7 +231,10 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
     if status < 400 || refusals.first_in_interval(client, status, Instant::now()) {
         log::info!(
             "{method} {} {status} account={} bytes={bytes} {}ms",
-            shortened(&path, MAX_LOGGED_PATH),
+            match path.starts_with(PAIR_POLL) {
+                true => format!("{PAIR_POLL}…").into(),
+                false => shortened(&path, MAX_LOGGED_PATH),
+            },
             outcome.account.as_deref().unwrap_or("-"),
             started.elapsed().as_millis()
         );
@@ -246,6 +250,10 @@ const HSTS: &str = "max-age=31536000";
 const REMOVE_BG_COMPATIBLE: &str = "/v1.0/removebg";
 const REMOVE_BG_ACCOUNT: &str = "/v1.0/account";
 const REMOVE_BG_PREFIX: &str = "/v1.0/";
+
+/// A booth polls its pairing request at this path and its secret id; the
+/// log leaves the id out.
+const PAIR_POLL: &str = "/api/pair/";
 
 /// A request line may hold 8 KiB; its log line keeps this much of the path.
 const MAX_LOGGED_PATH: usize = 200;
@@ -269,9 +277,10 @@ fn route_label(path: &str) -> &'static str {
         "/healthz" | "/readyz" => "health",
         "/metrics" => "metrics",
         "/api/openapi.json" => "openapi",
+        p if p == "/api/pair" || p.starts_with(PAIR_POLL) => "pair",
         p if p.starts_with("/assets/") || p == "/favicon.svg" => "assets",
         "/" | "/login" | "/logout" | "/setup" | "/docs" => "dashboard",
-        p if ["/admin", "/account", "/try/"]
+        p if ["/admin", "/account", "/try/", "/setup/"]
             .iter()
             .any(|r| p.starts_with(r)) =>
         {
@@ -317,6 +326,17 @@ fn route<'s>(
         ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
         ("/readyz", _) if get => plain(readiness(state)),
         ("/api/openapi.json", _) if get => plain(dashboard::openapi_json()),
+        ("/api/pair", Method::Post) => plain(pair::ask(state, request)),
+        ("/api/pair", _) => plain(respond::error(&ApiError::MethodNotAllowed {
+            allow: "POST",
+        })),
+        _ if path.starts_with(PAIR_POLL) => match (get, &path[PAIR_POLL.len()..]) {
+            (true, id) if !id.contains('/') => plain(pair::poll(state, request, id)),
+            (false, _) => plain(respond::error(&ApiError::MethodNotAllowed {
+                allow: "GET, HEAD",
+            })),
+            _ => plain(respond::error(&ApiError::NotFound)),
+        },
         ("/metrics", _) if get => plain(metrics::response(state, server)),
         ("/api/remove-bg" | REMOVE_BG_COMPATIBLE, _) => {
             plain(respond::error(&ApiError::MethodNotAllowed {

@@ -2,7 +2,9 @@
 //! second from what the appliance is doing: starting (slow blink), idle
 //! (dim or off, configurable), busy while any image is being processed
 //! (on), degraded (fast blink: the model failed to load or the database is
-//! not writable), and off after a clean stop. Backends, chosen in the
+//! not writable), waiting for the button (two short blinks a second: a
+//! browser waits to set the password, or a booth to be paired), and off
+//! after a clean stop. Backends, chosen in the
 //! configuration: `gpio` (a pin, through rppal), `sysfs` (a Linux LED class
 //! device such as the Pi's `ACT`), `none`.
 
@@ -24,6 +26,7 @@ pub enum State {
     Idle,
     Busy,
     Degraded,
+    Waiting,
 }
 
 impl State {
@@ -33,6 +36,7 @@ impl State {
             State::Idle => "idle",
             State::Busy => "busy",
             State::Degraded => "degraded",
+            State::Waiting => "waiting for the button",
         }
     }
 }
@@ -67,7 +71,8 @@ pub fn level_at(state: State, idle: Level, tick: u64) -> Level {
     match state {
         State::Starting if tick % 8 < 4 => Level::On,
         State::Degraded if tick.is_multiple_of(2) => Level::On,
-        State::Starting | State::Degraded => Level::Off,
+        State::Waiting if matches!(tick % 8, 0 | 2) => Level::On,
+        State::Starting | State::Degraded | State::Waiting => Level::Off,
         State::Busy => Level::On,
         State::Idle => idle,
     }
@@ -191,6 +196,10 @@ mod tests {
         assert_eq!(
             over_a_second(State::Degraded, Off),
             [On, Off, On, Off, On, Off, On, Off]
+        );
+        assert_eq!(
+            over_a_second(State::Waiting, Dim),
+            [On, Off, On, Off, Off, Off, Off, Off]
         );
         assert_eq!(over_a_second(State::Busy, Off), [On; 8]);
         assert_eq!(over_a_second(State::Idle, Dim), [Dim; 8]);

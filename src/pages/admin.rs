@@ -4,7 +4,8 @@
 use super::{
     csrf_field, field_error, key_table, page, plan_title, usage_summary, AccountView, Nav,
 };
-use crate::domain::{utc_date, Month};
+use crate::domain::{utc_date, utc_datetime, Month};
+use crate::pairing::PendingView;
 use crate::store::{Account, Plan};
 use maud::{html, Markup};
 use std::time::Duration;
@@ -74,6 +75,61 @@ pub fn admin_accounts(
         }
     };
     page("Accounts", &Nav::Admin { csrf }, flash, body)
+}
+
+/// Booths asking to pair: each with the code it shows, to compare before
+/// approving it into an account.
+pub fn admin_booths(
+    csrf: &str,
+    waiting: &[PendingView],
+    accounts: &[&str],
+    button: bool,
+    flash: Option<&str>,
+) -> Markup {
+    let body = html! {
+        section {
+            h2 { "Booths asking to pair" }
+            p {
+                "A booth with no key asks from its own settings. Each shows a code: approve only a request whose code is the one on the booth's screen. Another code means something between the booth and this appliance is not this appliance; refuse it."
+                @if button { " Instead of approving here, you can press the appliance's button within a minute of the booth's request, when it is the only one." }
+            }
+            @if waiting.is_empty() {
+                p.empty { "No booth is asking. This page does not refresh itself: reload it once the booth shows its code." }
+            } @else {
+                div.scroll {
+                    table {
+                        thead { tr { th { "Booth" } th { "Address" } th { "Code" } th { "Asked" } th { "Answer" } } }
+                        tbody {
+                            @for booth in waiting {
+                                tr data-pairing=(booth.handle) {
+                                    td { (booth.name) }
+                                    td { (booth.address) }
+                                    td.code { (booth.code) }
+                                    td { (utc_datetime(booth.asked)) }
+                                    td {
+                                        form.inline method="post" action={ "/admin/booths/" (booth.handle) "/approve" } {
+                                            (csrf_field(csrf))
+                                            label for={ "account-" (booth.handle) } { "Account" }
+                                            select id={ "account-" (booth.handle) } name="account" required {
+                                                @for account in accounts { option value=(account) { (account) } }
+                                            }
+                                            button type="submit" { "Approve" }
+                                        }
+                                        form.inline method="post" action={ "/admin/booths/" (booth.handle) "/refuse" } {
+                                            (csrf_field(csrf))
+                                            button.secondary type="submit" { "Refuse" }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                @if accounts.is_empty() { p.bad { "There is no account to pair a booth into yet: create one under Accounts first." } }
+            }
+        }
+    };
+    page("Booths", &Nav::Admin { csrf }, flash, body)
 }
 
 fn plan_select(plans: &[Plan], selected: &str) -> Markup {

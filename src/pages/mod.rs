@@ -9,7 +9,9 @@ mod docs;
 pub mod openapi;
 
 pub use account::{account_home, result_file_name, revoke_confirm, try_page, KeyNotice, TryView};
-pub use admin::{admin_account, admin_accounts, status_page, AccountForms, NewAccount, StatusView};
+pub use admin::{
+    admin_account, admin_accounts, admin_booths, status_page, AccountForms, NewAccount, StatusView,
+};
 pub use docs::{docs_page, Documented, REMOVE_BG_ERRORS, REMOVE_BG_FIELDS};
 
 use crate::domain::{utc_date, utc_datetime, Month};
@@ -37,11 +39,23 @@ pub enum Nav<'a> {
 
 /// The frame every page shares.
 pub fn page(title: &str, nav: &Nav, flash: Option<&str>, body: Markup) -> Markup {
+    frame(title, nav, flash, None, body)
+}
+
+/// `page`, reloaded by the browser every `refresh` seconds when set.
+fn frame(
+    title: &str,
+    nav: &Nav,
+    flash: Option<&str>,
+    refresh: Option<u32>,
+    body: Markup,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
+                @if let Some(seconds) = refresh { meta http-equiv="refresh" content=(seconds); }
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · cutout" }
                 link rel="icon" href="/favicon.svg" type="image/svg+xml";
@@ -56,6 +70,7 @@ pub fn page(title: &str, nav: &Nav, flash: Option<&str>, body: Markup) -> Markup
                             Nav::Anonymous => { a href="/docs" { "API docs" } }
                             Nav::Admin { csrf } => {
                                 a href="/admin" { "Accounts" }
+                                a href="/admin/booths" { "Booths" }
                                 a href="/admin/status" { "Status" }
                                 a href="/docs" { "API docs" }
                                 (sign_out(csrf))
@@ -139,6 +154,53 @@ pub fn setup_page(token: &str, csrf: &str, error: Option<&str>) -> Markup {
         }
     };
     page("Set up the operator account", &Nav::Anonymous, None, body)
+}
+
+/// How a person at the appliance shows it, before any password is set:
+/// the code on the board's screen, or the button. `waiting`: this browser
+/// asked for the button, with so many seconds left.
+pub fn setup_start_page(
+    csrf: &str,
+    button: bool,
+    waiting: Option<i64>,
+    error: Option<&str>,
+) -> Markup {
+    let body = html! {
+        p { "No operator password is set yet. Show that you are at the appliance, then choose one." }
+        form.card method="post" action="/setup/code" {
+            (csrf_field(csrf))
+            label for="code" { "The code on the screen plugged into the appliance (also in its journal)" }
+            input.setup-code #code type="text" name="code" autocomplete="off" autocapitalize="characters"
+                spellcheck="false" required autofocus[waiting.is_none()] aria-describedby="code-error";
+            (field_error("code-error", error))
+            button type="submit" { "Continue" }
+        }
+        @if button {
+            @match waiting {
+                Some(seconds) => {
+                    section.card role="status" {
+                        p { strong { "Press the appliance's button now." } " This page checks every 2 seconds; " (seconds) " seconds left." }
+                        p.hint { "If another browser is waiting too, the press lets neither in: ask again from this one alone." }
+                    }
+                }
+                None => {
+                    form.card method="post" action="/setup/button" {
+                        (csrf_field(csrf))
+                        p { "No screen? Press the appliance's button within a minute after this:" }
+                        button type="submit" { "Wait for the button" }
+                    }
+                }
+            }
+        }
+    };
+    let refresh = waiting.map(|_| 2);
+    frame(
+        "Set up the operator account",
+        &Nav::Anonymous,
+        None,
+        refresh,
+        body,
+    )
 }
 
 /// A page that says what went wrong, in words.

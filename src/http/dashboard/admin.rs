@@ -8,6 +8,11 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
     match rest {
         [] | [""] if get => accounts_page(cx, &NewAccount::default(), flash(request), 200),
         ["status"] if get => Ok(html(200, view::status_page(cx.csrf(), &status_view(cx)))),
+        ["booths"] if get => booths_page(cx, flash(request), None),
+        ["booths", handle, action @ ("approve" | "refuse")] if post => {
+            let fields = cx.fields(request)?;
+            answer_booth(cx, handle, action, fields.get("account"))
+        }
         ["accounts"] if post => create_account(cx, &cx.fields(request)?),
         ["accounts", name] if get => {
             account_page(cx, name, &AccountForms::default(), flash(request), 200)
@@ -54,6 +59,39 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
             )))
         }
         _ => Err(Failure::NotFound),
+    }
+}
+
+fn booths_page(cx: &Ctx, flash: Option<&str>, error: Option<&str>) -> Handled {
+    let waiting = cx.state.pairings.waiting(cx.now);
+    let accounts = cx.state.store.accounts(Month::of_unix(cx.now))?;
+    let names: Vec<_> = accounts.iter().map(|(a, _)| a.name.as_str()).collect();
+    let page = view::admin_booths(
+        cx.csrf(),
+        &waiting,
+        &names,
+        cx.state.button,
+        flash.or(error),
+    );
+    Ok(html(if error.is_some() { 404 } else { 200 }, page))
+}
+
+/// The operator's answer to a booth's request. Approving issues the booth
+/// a key on the account chosen; a request no longer waiting (answered,
+/// expired) gets nothing.
+fn answer_booth(cx: &Ctx, handle: &str, action: &str, account: &str) -> Handled {
+    let gone = "That request is no longer waiting: it was answered or has expired.";
+    match action {
+        "approve" => match cx.state.approve_pairing(handle, account, cx.now) {
+            Ok(Some(_)) => Ok(redirect("/admin/booths?done=paired")),
+            Ok(None) => booths_page(cx, None, Some(gone)),
+            Err(StoreError::NoSuchAccount(_)) => {
+                booths_page(cx, None, Some("Choose one of the listed accounts."))
+            }
+            Err(e) => Err(e.into()),
+        },
+        _ if cx.state.pairings.refuse(handle, cx.now) => Ok(redirect("/admin/booths?done=refused")),
+        _ => booths_page(cx, None, Some(gone)),
     }
 }
 

@@ -24,7 +24,7 @@ use crate::pages::{
     self as view, openapi, AccountForms, AccountView, KeyNotice, Nav, NewAccount, StatusView,
     TryView,
 };
-use crate::secrets::{check_password_policy, constant_time_eq, hash_password, verify_password};
+use crate::secrets::{check_password_policy, hash_password, verify_password};
 use crate::store::{Account, Caller, Principal, StoreError};
 use account::*;
 use admin::*;
@@ -96,8 +96,10 @@ pub fn route(state: &AppState, method: &Method, path: &str, request: &mut Reques
         ["login"] if get => Ok(login_form(request, "", None, 200)),
         ["login"] if post => sign_in(state, request, now),
         ["logout"] if post => sign_out(state, request, auth),
-        ["setup"] if get => setup_form(state, request),
+        ["setup"] if get => setup_form(state, request, now),
         ["setup"] if post => setup(state, request, now),
+        ["setup", "code"] if post => setup_code(state, request, now),
+        ["setup", "button"] if post => setup_wait_for_button(state, request, now),
         ["docs"] if get => docs(state, request, auth),
         ["admin", rest @ ..] => match auth {
             Some(auth) if auth.principal == Principal::Admin => {
@@ -236,6 +238,8 @@ fn flash(request: &Request) -> Option<&'static str> {
         "enabled" => "Account re-enabled. Its keys work again.",
         "revoked" => "Key revoked. Calls with it now get 401 invalid_api_key.",
         "signed-out" => "You are signed out.",
+        "paired" => "Booth paired. It collects its key at its next poll, within seconds.",
+        "refused" => "Request refused. The booth gets nothing.",
         _ => return None,
     })
 }

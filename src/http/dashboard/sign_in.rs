@@ -1,6 +1,8 @@
-//! Signing in and out, and the one-time setup link.
+//! Signing in and out, and setting the operator password on a new
+//! appliance (`app::setup`).
 
 use super::*;
+use crate::app::setup::{CodeRefused, BUTTON_SECONDS, CODE_TRIES};
 
 pub(super) fn login_form(request: &Request, name: &str, error: Option<&str>, status: u16) -> Body {
     let (csrf, set) = form_token(request);
@@ -127,35 +129,108 @@ pub(super) fn sign_out(state: &AppState, request: &mut Request, auth: Option<&Au
     Ok(response)
 }
 
-/// Whether `token` is the one-time link printed at first start, and no
-/// operator password is set yet (by the link or by the CLI).
-pub(super) fn setup_token_matches(
-    state: &AppState,
-    expected: &Option<String>,
-    token: &str,
-) -> Result<bool, Failure> {
-    Ok(state.store.admin_password_hash()?.is_none()
-        && expected
-            .as_deref()
-            .is_some_and(|e| constant_time_eq(e, token)))
-}
+/// The cookie of a browser waiting for the appliance's button.
+const SETUP_WAIT_COOKIE: &str = "cutout_setup_wait";
 
-pub(super) fn setup_form(state: &AppState, request: &Request) -> Handled {
-    let token = query(request, "token").unwrap_or_default();
-    if !setup_token_matches(state, &state.dashboard.setup_token_lock(), &token)? {
+/// `/setup`: with a token (the link, or what the code or the button gave)
+/// the password form; without, how to show that you are at the appliance.
+pub(super) fn setup_form(state: &AppState, request: &Request, now: i64) -> Handled {
+    if state.store.admin_password_hash()?.is_some() {
+        return Ok(setup_gone());
+    }
+    let setup = state.dashboard.setup.lock();
+    if !setup.is_open() {
         return Ok(setup_gone());
     }
     let (csrf, set) = form_token(request);
-    let mut page = html(200, view::setup_page(&token, &csrf, None));
+    let waiting =
+        session::cookie(request, SETUP_WAIT_COOKIE).and_then(|c| setup.button_wait(c, now));
+    let mut page = match (query(request, "token"), waiting) {
+        (Some(token), _) if setup.token_matches(&token, now) => {
+            html(200, view::setup_page(&token, &csrf, None))
+        }
+        (Some(_), _) => return Ok(setup_gone()),
+        (None, Some(Ok(token))) => redirect(&format!("/setup?token={token}")),
+        (None, waiting) => {
+            let seconds_left = waiting.and_then(Result::err);
+            html(
+                200,
+                view::setup_start_page(&csrf, state.button, seconds_left, None),
+            )
+        }
+    };
     if let Some(set) = set {
         page.add_header(set);
     }
     Ok(page)
 }
 
+/// `POST /setup/code`: the code shown on the board's console.
+pub(super) fn setup_code(state: &AppState, request: &mut Request, now: i64) -> Handled {
+    let fields = Fields::read(request)?;
+    if !form_token_matches(request, fields.csrf()) {
+        return Err(Failure::BadCsrf);
+    }
+    if state.store.admin_password_hash()?.is_some() {
+        return Ok(setup_gone());
+    }
+    let refused = state
+        .dashboard
+        .setup
+        .lock()
+        .token_for_code(fields.get("code"), now);
+    let error = match refused {
+        Ok(token) => return Ok(redirect(&format!("/setup?token={token}"))),
+        Err(CodeRefused::Closed) => return Ok(setup_gone()),
+        Err(CodeRefused::Wrong) => "That is not the code on the appliance's screen.".to_owned(),
+        Err(CodeRefused::Replaced(code)) => {
+            log::warn!(
+                "{CODE_TRIES} wrong setup codes: the code was replaced; the new one is {code}"
+            );
+            state.show_setup_code(&code);
+            "Too many wrong codes: the appliance shows a new one. Codes are taken again in a minute.".to_owned()
+        }
+        Err(CodeRefused::Paused(seconds)) => {
+            format!(
+                "Too many wrong codes: try the code the appliance shows now in {seconds} seconds."
+            )
+        }
+    };
+    let csrf = fields.csrf().unwrap_or_default();
+    Ok(html(
+        400,
+        view::setup_start_page(csrf, state.button, None, Some(&error)),
+    ))
+}
+
+/// `POST /setup/button`: this browser waits for a press of the button.
+pub(super) fn setup_wait_for_button(state: &AppState, request: &mut Request, now: i64) -> Handled {
+    let fields = Fields::read(request)?;
+    if !form_token_matches(request, fields.csrf()) {
+        return Err(Failure::BadCsrf);
+    }
+    if !state.button || state.store.admin_password_hash()?.is_some() {
+        return Ok(setup_gone());
+    }
+    let mut setup = state.dashboard.setup.lock();
+    if !setup.is_open() {
+        return Ok(setup_gone());
+    }
+    let cookie = setup.wait_for_button(now);
+    log::info!("a browser waits for the button to set the operator password");
+    let mut response = redirect("/setup");
+    response.add_header(session::set_cookie(
+        request,
+        SETUP_WAIT_COOKIE,
+        &cookie,
+        2 * BUTTON_SECONDS,
+    ));
+    Ok(response)
+}
+
 pub(super) fn setup_gone() -> Body {
     html(404, view::message_page("Setup link not valid", &Nav::Anonymous,
-        "This setup link has been used or is not the current one. If the operator password is set, sign in as admin; to reset it, run `cutout admin set-password` on the appliance."))
+        "This setup link has been used, has expired or is not the current one. If the operator password is set, sign in as admin; to reset it, run `cutout admin set-password` on the appliance."))
 }
 
 pub(super) fn setup(state: &AppState, request: &mut Request, now: i64) -> Handled {
@@ -165,9 +240,8 @@ pub(super) fn setup(state: &AppState, request: &mut Request, now: i64) -> Handle
     }
     let token = fields.get("token");
     // Held until the password is stored, so two submissions cannot both win.
-    let mut expected = state.dashboard.setup_token_lock();
-    let valid = setup_token_matches(state, &expected, token)?;
-    if !valid {
+    let mut setup = state.dashboard.setup.lock();
+    if state.store.admin_password_hash()?.is_some() || !setup.token_matches(token, now) {
         return Ok(setup_gone());
     }
     let (password, confirm) = (fields.get("password"), fields.get("confirm"));
@@ -183,8 +257,8 @@ pub(super) fn setup(state: &AppState, request: &mut Request, now: i64) -> Handle
     state
         .store
         .set_admin_password(&hash_password(password), now)?;
-    *expected = None;
-    log::info!("operator password set through the setup link");
+    setup.close();
+    log::info!("operator password set through the setup page");
     let mut response = redirect("/admin");
     response.add_header(session::start(state, request, Principal::Admin, now)?);
     response.add_header(device);

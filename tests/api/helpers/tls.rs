@@ -78,6 +78,16 @@ impl ServerCertVerifier for Pinned {
 
 /// Sends `raw` over TLS to a server whose certificate has `fingerprint`.
 pub fn send_pinned(addr: SocketAddr, fingerprint: &str, raw: &[u8]) -> std::io::Result<Reply> {
+    send_pinned_from(None, addr, fingerprint, raw)
+}
+
+/// `send_pinned` from the local address `from`, one of 127.0.0.0/8.
+pub fn send_pinned_from(
+    from: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    fingerprint: &str,
+    raw: &[u8],
+) -> std::io::Result<Reply> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -90,7 +100,12 @@ pub fn send_pinned(addr: SocketAddr, fingerprint: &str, raw: &[u8]) -> std::io::
         .with_no_client_auth();
     let name = ServerName::try_from("photobooth.local").unwrap();
     let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let socket = TcpStream::connect(addr)?;
+    let socket = match from {
+        None => TcpStream::connect(addr)?,
+        Some(from) => {
+            super::try_connect_from(from, addr).ok_or(std::io::ErrorKind::ConnectionRefused)?
+        }
+    };
     socket.set_read_timeout(Some(Duration::from_secs(120)))?;
     let mut tls = rustls::StreamOwned::new(connection, socket);
     // The handshake, and so the pin's check, happens on this first write.
