@@ -147,7 +147,10 @@ test-clients:
 
 # The booth programs' plugins (integrations/README.md) in the real programs
 # from PyPI, photobooth-app 9.0.0 and pibooth 2.1.1, against the appliance
-# over HTTPS with its fingerprint pinned. Each program has its own venv in
+# over HTTPS with its fingerprint pinned, and pairing from discovery (DNS-SD
+# on a port of the tests' own) to the first cut-out, with cutout-booth (the
+# two plugins' shared discovery and pairing) and its own tests. Each
+# program has its own venv in
 # target/integrations/, made again when its integrations/*/requirements.txt
 # (exact versions, installed with --no-deps) changes; about 45 s from none.
 # `python -P`: the tests load the installed plugin, not the one beside them.
@@ -160,7 +163,8 @@ test-integrations: models
 		venv=target/integrations/$$program; \
 		$(call pinned_venv,integrations/$$program/requirements.txt,$$venv) || exit 1; \
 		$$venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
-			--force-reinstall ./integrations/$$program && \
+			--force-reinstall ./integrations/cutout-booth ./integrations/$$program && \
+		$$venv/bin/python -P integrations/cutout-booth/test_cutout_booth.py && \
 		TEST_APPLIANCE_BINARY=$(TEST_APPLIANCE_BINARY) $$venv/bin/python -P integrations/$$program/test_*.py || exit 1; \
 	done
 

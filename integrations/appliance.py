@@ -3,37 +3,61 @@ default target/debug/cutout) with a fresh data directory, an account on the
 Pro plan and its key, serving U2NetP (quick) on free ports, HTTPS with the
 self-signed certificate it makes. Its address and fingerprint are read from
 its log, as an operator reads them from the journal.
+
+It serves on every address, so that it announces itself (DNS-SD), on a
+multicast DNS port of its own (CUTOUT_MDNS_PORT, set for this process too:
+the booth under test browses there), never on real responders' 5353. Its
+operator password is set, its button is a file, and a pairing request
+expires after PAIRING_EXPIRE_SECONDS, so that the pairing tests (`Pairing`)
+approve, refuse or let expire what a booth asks for.
 """
 
 from __future__ import annotations
 
+import http.client
+import http.cookiejar
 import os
 import re
 import shutil
+import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
+from unittest import mock
+
+import cutout_booth
 
 ROOT = Path(__file__).resolve().parent.parent
 BINARY = Path(os.environ.get("TEST_APPLIANCE_BINARY", ROOT / "target/debug/cutout")).absolute()
 PHOTO = ROOT.parent / "shared/eval/dev/grabcut/images/106024.jpg"
-HTTPS = re.compile(r"HTTPS on (\S+); certificate SHA-256 fingerprint ([0-9A-F:]{95})")
-HTTP = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
+HTTPS = re.compile(r"HTTPS on 0\.0\.0\.0:(\d+); certificate SHA-256 fingerprint ([0-9A-F:]{95})")
+HTTP = re.compile(r"listening on http://0\.0\.0\.0:(\d+)")
+ANNOUNCED = re.compile(r'announced as "([^"]+)"')
+PASSWORD = "the operator's long enough password"
+PAIRING_EXPIRE_SECONDS = 5  # long enough to approve in, short enough to wait out
 
 
 class Appliance:
-    """`with Appliance() as appliance:` `https_url`, `http_url`, `fingerprint`, `key`."""
+    """`with Appliance() as appliance:` `https_url`, `http_url`, `fingerprint`, `key`,
+    `name` (its DNS-SD instance), `keys()`, `press_button()`."""
 
     def __enter__(self) -> Appliance:
         self.data_dir = tempfile.mkdtemp(prefix="cutout-integrations-")
         self._cli("account", "create", "booth", "--plan", "pro")
         self.key = self._cli("key", "create", "booth").strip().splitlines()[-1]
-        env = dict(os.environ, RUST_LOG="info", CUTOUT_TLS_LISTEN="127.0.0.1:0", CUTOUT_PIPELINE_BENCH_WHEN_IDLE="false")
+        self._cli("admin", "set-password", input=PASSWORD + "\n")
+        self.button = Path(self.data_dir, "button")
+        self.button.write_text("0")
+        os.environ["CUTOUT_MDNS_PORT"] = str(25353 + os.getpid() % 1000)
+        env = dict(os.environ, RUST_LOG="info", CUTOUT_TLS_LISTEN="0.0.0.0:0", CUTOUT_PIPELINE_BENCH_WHEN_IDLE="false",
+                   CUTOUT_BUTTON_VALUE_FILE=str(self.button), CUTOUT_PAIRING_EXPIRE_SECONDS=str(PAIRING_EXPIRE_SECONDS))
         self._server = subprocess.Popen(
-            [BINARY, "--data-dir", self.data_dir, "--models-dir", ROOT / "models", "serve", "--listen", "127.0.0.1:0", "--model", "u2netp"],
+            [BINARY, "--data-dir", self.data_dir, "--models-dir", ROOT / "models", "serve", "--listen", "0.0.0.0:0", "--model", "u2netp"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         self.log: list[str] = []
@@ -55,9 +79,19 @@ class Appliance:
         """This month's count for the booth's account, as `cutout usage` prints it."""
         return self._cli("usage", "booth").split(": ")[1].strip()
 
-    def _cli(self, *args: str) -> str:
+    def keys(self) -> int:
+        """How many keys the booth account has (`cutout key list`, less its heading)."""
+        return len(self._cli("key", "list", "booth").strip().splitlines()) - 1
+
+    def press_button(self):
+        """As the appliance's GPIO pin reads a press: high, then low."""
+        self.button.write_text("1")
+        time.sleep(0.3)
+        self.button.write_text("0")
+
+    def _cli(self, *args: str, input: str | None = None) -> str:
         done = subprocess.run([BINARY, "--data-dir", self.data_dir, *args], capture_output=True, text=True,
-                              env=dict(os.environ, RUST_LOG="warn"))
+                              input=input, env=dict(os.environ, RUST_LOG="warn"))
         assert done.returncode == 0, f"cutout {' '.join(args)}: exit {done.returncode}\n{done.stderr}"
         return done.stdout
 
@@ -66,10 +100,10 @@ class Appliance:
         while time.monotonic() < deadline:
             assert self._server.poll() is None, "the appliance exited:\n" + "".join(self.log)
             text = "".join(self.log)
-            https, http = HTTPS.search(text), HTTP.search(text)
-            if https and http:
-                self.https_url, self.fingerprint = f"https://{https[1]}", https[2]
-                self.http_url = http[1]
+            secure, plain, announced = HTTPS.search(text), HTTP.search(text), ANNOUNCED.search(text)
+            if secure and plain and announced:
+                self.https_url, self.fingerprint = f"https://127.0.0.1:{secure[1]}", secure[2]
+                self.http_url, self.name = f"http://127.0.0.1:{plain[1]}", announced[1]
                 try:
                     with urllib.request.urlopen(f"{self.http_url}/readyz", timeout=5) as reply:
                         if reply.status == 200:
@@ -162,3 +196,217 @@ class Fallbacks:
         with NotAnAppliance() as address:
             self.point_at(address, self.appliance.key, "")
             self.assert_programs_own_result("the answer is not an image")
+
+
+class Dashboard:
+    """The appliance's operator in its dashboard, signed in as admin: the
+    pairing requests waiting on its Booths page, approved or refused there
+    as its forms do (a client that sends no Origin, as the forms allow)."""
+
+    def __init__(self, appliance: Appliance):
+        # Over HTTPS, where its plain HTTP sends a browser; the certificate is
+        # the one the tests read from its log, not one to verify.
+        self.url = appliance.https_url
+        cookies = urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        self._browser = urllib.request.build_opener(cookies, urllib.request.HTTPSHandler(context=ssl._create_unverified_context()))
+        page = self._open("/login")
+        self._open("/login", csrf=csrf_of(page), name="admin", password=PASSWORD)
+
+    def pending(self) -> dict[str, str]:
+        """Each waiting request's code, by its handle."""
+        page = self._open("/admin/booths")
+        self._csrf = csrf_of(page)
+        rows = re.findall(r'<tr data-pairing="([^"]+)">(.*?)</tr>', page, re.S)
+        return {handle: re.search(r'<td class="code">([^<]+)</td>', row)[1].strip() for handle, row in rows}
+
+    def approve(self, handle: str, account: str = "booth"):
+        self._open(f"/admin/booths/{handle}/approve", csrf=self._csrf, account=account)
+
+    def refuse(self, handle: str):
+        self._open(f"/admin/booths/{handle}/refuse", csrf=self._csrf)
+
+    def _open(self, path: str, **form: str) -> str:
+        data = urllib.parse.urlencode(form).encode() if form else None
+        with self._browser.open(self.url + path, data=data, timeout=30) as page:
+            return page.read().decode()
+
+
+def csrf_of(page: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', page)[1]
+
+
+class ManInTheMiddle:
+    """`with ManInTheMiddle(appliance) as port:` HTTPS on 127.0.0.1:port with a
+    certificate of its own, passing each request on to the appliance's HTTPS
+    and its answer back: what a booth meets when someone on the LAN answers
+    in the appliance's place."""
+
+    def __init__(self, appliance: Appliance):
+        self.upstream = urllib.parse.urlsplit(appliance.https_url)
+
+    def __enter__(self) -> int:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self._dir = tempfile.mkdtemp(prefix="cutout-mitm-")
+        key, cert = f"{self._dir}/key.pem", f"{self._dir}/cert.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                        "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=photobooth.local"], check=True, capture_output=True)
+        upstream = self.upstream
+        trusting = ssl._create_unverified_context()  # it does not care whose certificate the appliance shows
+
+        class Relay(BaseHTTPRequestHandler):
+            def relay(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                connection = http.client.HTTPSConnection(upstream.hostname, upstream.port, timeout=30, context=trusting)
+                try:
+                    connection.request(self.command, self.path, body or None, headers)
+                    reply = connection.getresponse()
+                    answer = reply.read()
+                finally:
+                    connection.close()
+                self.send_response(reply.status)
+                for name, value in reply.getheaders():
+                    if name.lower() not in ("connection", "content-length", "transfer-encoding", "date", "server"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            do_GET = do_POST = relay
+
+            def log_message(self, *_):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self._server.server_port
+
+    def __exit__(self, *_):
+        self._server.shutdown()
+        self._server.server_close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+CODE = re.compile(r"pairing with the cutout appliance (.+) at (https://\S+): code (\d{3} \d{3})")
+OUTCOME = re.compile(r"\b(not )?paired with the cutout appliance .*")
+
+
+class Pairing:
+    """A booth set up with no address and no key finds the appliance on the
+    LAN and pairs with it, one test per way it ends; mixed into a
+    unittest.TestCase that says how the program starts unpaired
+    (`start_unpaired`) and stops (`stop_booth`), what its settings hold on
+    disk (`saved`: url, key, fingerprint), and that a photo is cut out and
+    charged by the appliance now (`assert_appliances_cutout`). The plugin's
+    log lines come from `logger`."""
+
+    appliance: Appliance
+    logger: str
+
+    def setUp(self):
+        self.keys_before = self.appliance.keys()
+        if not hasattr(self.appliance, "dashboard"):
+            self.appliance.dashboard = Dashboard(self.appliance)
+        self.dashboard = self.appliance.dashboard
+
+    def tearDown(self):
+        self.stop_booth()
+        self.assertEqual(self.dashboard.pending(), {}, "no request left waiting")
+
+    def test_pairs_when_the_operator_approves_its_code_on_the_dashboard(self):
+        with self.assertLogs(self.logger, "INFO") as logs:
+            self.start_unpaired()
+            name, url, code = wait_for(logs, CODE).groups()
+            self.assertEqual(name, self.appliance.name, "found on the LAN")
+            self.dashboard.approve(self.the_request_showing(code))
+            self.assertNotIn("not paired", wait_for(logs, OUTCOME)[0])
+        self.assert_paired(url)
+        self.assert_appliances_cutout()
+
+    def test_pairs_when_the_operator_presses_the_appliances_button(self):
+        with self.assertLogs(self.logger, "INFO") as logs:
+            self.start_unpaired()
+            url = wait_for(logs, CODE)[2]
+            self.appliance.press_button()
+            self.assertNotIn("not paired", wait_for(logs, OUTCOME)[0])
+        self.assert_paired(url)
+        self.assert_appliances_cutout()
+
+    def test_stays_unpaired_when_the_operator_refuses(self):
+        with self.assertLogs(self.logger, "INFO") as logs:
+            self.start_unpaired()
+            self.dashboard.refuse(self.the_request_showing(wait_for(logs, CODE)[3]))
+            outcome = wait_for(logs, OUTCOME)[0]
+        print(f"\n  logged: {outcome}", end=" ", file=sys.stderr)
+        self.assertIn("not paired with the cutout appliance", outcome)
+        self.assertIn("the operator refused it", outcome)
+        self.assert_unpaired()
+
+    def test_stays_unpaired_when_nobody_approves_in_time(self):
+        with self.assertLogs(self.logger, "INFO") as logs:
+            self.start_unpaired()
+            wait_for(logs, CODE)
+            outcome = wait_for(logs, OUTCOME, timeout=PAIRING_EXPIRE_SECONDS + 10)[0]
+        print(f"\n  logged: {outcome}", end=" ", file=sys.stderr)
+        self.assertIn("not paired with the cutout appliance", outcome)
+        self.assertIn("expired", outcome)
+        self.assert_unpaired()
+
+    def test_shows_another_code_through_a_man_in_the_middle_and_stays_unpaired_when_refused(self):
+        browse = cutout_booth.discover
+
+        def answered_by(port):
+            # Someone on the LAN answering for the appliance: its HTTPS is the proxy.
+            def discover(*args, **kwargs):
+                found = browse(*args, **kwargs)
+                for appliance in found:
+                    appliance.addresses, appliance.https_port = ["127.0.0.1"], port
+                return found
+            return discover
+
+        with ManInTheMiddle(self.appliance) as port, mock.patch.object(cutout_booth, "discover", answered_by(port)), \
+                self.assertLogs(self.logger, "INFO") as logs:
+            self.start_unpaired()
+            shown = wait_for(logs, CODE)[3]
+            waiting = self.dashboard.pending()
+            self.assertEqual(len(waiting), 1, waiting)
+            (handle, code), = waiting.items()
+            self.assertNotEqual(code, shown, "the operator sees the codes differ")
+            self.dashboard.refuse(handle)
+            outcome = wait_for(logs, OUTCOME)[0]
+        self.assertIn("not paired with the cutout appliance", outcome)
+        self.assertIn("the operator refused it", outcome)
+        self.assert_unpaired()
+
+    def the_request_showing(self, code: str) -> str:
+        waiting = self.dashboard.pending()
+        handles = [handle for handle, shown in waiting.items() if shown == code]
+        self.assertEqual(len(handles), 1, f"the booth's code {code} on the dashboard: {waiting}")
+        return handles[0]
+
+    def assert_paired(self, url: str):
+        saved_url, key, fingerprint = self.saved()
+        self.assertEqual(saved_url, url)
+        self.assertTrue(url.startswith("https://") and url.endswith(f":{urllib.parse.urlsplit(self.appliance.https_url).port}"), url)
+        self.assertEqual(fingerprint, self.appliance.fingerprint, "the appliance's certificate is pinned")
+        self.assertNotEqual(self.appliance.keys(), self.keys_before, "a key was made for the booth")
+        self.assertTrue(key.startswith("ck_"), key)
+
+    def assert_unpaired(self):
+        self.assertEqual(self.saved(), ("", "", ""), "nothing saved")
+        self.assertEqual(self.appliance.keys(), self.keys_before, "no key made")
+
+
+def wait_for(logs, pattern, timeout: float = 20) -> re.Match:
+    """The first line logged into `logs` (assertLogs') that matches `pattern`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in logs.output:
+            if found := re.search(pattern, line):
+                return found
+        time.sleep(0.05)
+    raise AssertionError(f"nothing logged matches {pattern!r} in {timeout} s: {logs.output}")

@@ -16,6 +16,11 @@ photobooth-app's own model, as without the plugin, and one line is logged.
 
 Settings live in photobooth-app's configuration, as for its own plugins:
 `config/plugin_cutout.json`, edited in the admin UI under this plugin's name.
+Enabled with no address and no key, the plugin finds the appliance on the
+LAN and pairs with it when it starts (cutout_booth), in a thread of its own:
+the code to approve on the appliance is logged, and once approved the
+address, key and certificate pin are saved into those settings. Until then
+photos are cut out by photobooth-app's own model, as on a failure.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
 from urllib.parse import urlsplit
 
+import cutout_booth
 import urllib3
 from PIL import Image
 from pydantic import BaseModel, Field, SecretStr, SerializationInfo, field_serializer
@@ -41,14 +48,25 @@ logger = logging.getLogger(__name__)
 
 class Appliance(BaseModel):
     enabled: bool = Field(default=False, description="Remove backgrounds on the cutout appliance instead of on this booth.")
-    base_url: str = Field(default="", description="The appliance's address, e.g. https://photobooth.local:8443")
-    api_key: SecretStr = Field(default=SecretStr(""), description="An API key from the appliance's dashboard.")
+    base_url: str = Field(
+        default="",
+        description="The appliance's address, e.g. https://photobooth.local:8443. "
+        "Empty, with no API key: found on the LAN and paired when photobooth-app starts (the code to approve is in its log).",
+    )
+    api_key: SecretStr = Field(default=SecretStr(""), description="An API key from the appliance's dashboard (pairing fills it in).")
     fingerprint: str = Field(
         default="",
         description="SHA-256 fingerprint of the appliance's certificate (`cutout tls fingerprint`), pinned. "
         "Empty: the certificate is checked against the system's CAs.",
     )
     timeout_seconds: float = Field(default=30, description="How long to wait for a cut-out before the booth removes the background itself.")
+    booth_name: str = Field(default_factory=socket.gethostname, description="This booth's name, shown on the appliance when it asks to pair.")
+    appliance_name: str = Field(
+        default="",
+        description="The appliance to pair with, by its name on the LAN; empty: the only one found.",
+        # The names the last search found, each time the admin UI asks for the form.
+        json_schema_extra=lambda schema: schema.update(description=schema["description"] + found_on_the_lan()),
+    )
 
     @field_serializer("api_key")
     def contextual_serializer(self, value, info: SerializationInfo):
@@ -69,6 +87,7 @@ class PhotoboothCutout(BasePlugin[CutoutConfig]):
     def __init__(self):
         super().__init__()
         self._config: CutoutConfig = CutoutConfig()
+        self._stop_pairing = None
 
     @hookimpl
     def start(self):
@@ -83,12 +102,28 @@ class PhotoboothCutout(BasePlugin[CutoutConfig]):
         # takes effect at the next photo.
         steps.rembg_session = ApplianceSession(self._config)
         settings = self._config.appliance
-        logger.info(f"background removal: {'the cutout appliance at ' + settings.base_url if settings.enabled else 'this booth (cutout appliance disabled)'}")
+        logger.info(f"background removal: {'the cutout appliance at ' + (settings.base_url or '(not paired yet)') if settings.enabled else 'this booth (cutout appliance disabled)'}")
+        if settings.enabled and not settings.base_url and not settings.api_key.get_secret_value():
+            self._stop_pairing = cutout_booth.find_and_pair(
+                settings.booth_name,
+                lambda: self._config.appliance.appliance_name,
+                "appliance_name in the plugin's settings",
+                logger,
+                self._save_pairing,
+            )
+
+    def _save_pairing(self, paired: cutout_booth.Paired):
+        settings = self._config.appliance  # the one in use now: the admin UI reloads it in place
+        settings.base_url, settings.api_key, settings.fingerprint = paired.base_url, SecretStr(paired.api_key), paired.fingerprint
+        self._config.persist()
 
     @hookimpl
     def stop(self):
         from photobooth.services.mediaprocessing.steps import image as steps
 
+        if self._stop_pairing:
+            self._stop_pairing.set()
+            self._stop_pairing = None
         if isinstance(steps.rembg_session, ApplianceSession):
             steps.rembg_session = None
 
@@ -131,6 +166,8 @@ class ApplianceError(Exception):
 
 def matte_from_appliance(img: Image.Image, settings: Appliance) -> Image.Image:
     """The appliance's matte of `img`, at `img`'s size, or an exception."""
+    if not settings.base_url:
+        raise ApplianceError("not paired with an appliance yet")
     url = urlsplit(settings.base_url)
     if url.scheme not in ("http", "https") or not url.hostname:
         raise ApplianceError(f"the address {settings.base_url!r} is not an http(s) URL")
@@ -158,6 +195,11 @@ def matte_from_appliance(img: Image.Image, settings: Appliance) -> Image.Image:
     if matte.format != "PNG" or matte.mode != "L" or matte.size != img.size:
         raise ApplianceError(f"the answer is a {matte.mode} {matte.format} of {matte.size}, not a grey PNG of the photo's {img.size}")
     return matte
+
+
+def found_on_the_lan() -> str:
+    found = cutout_booth.last_found
+    return f" Found on the LAN: {', '.join(f'{f.name} ({f.addresses[0]})' for f in found)}." if found else ""
 
 
 def error_title(body: bytes) -> str:

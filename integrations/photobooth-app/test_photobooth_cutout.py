@@ -3,7 +3,12 @@ appliance over HTTPS with its fingerprint pinned: photobooth-app's own
 background-removal step, on a real photo, gets the appliance's cut-out at the
 photo's size; when the appliance is down, refuses the key or shows another
 certificate, the step gets photobooth-app's own model's cut-out, and one line
-says why.
+says why. Set up with no address and no key, the plugin finds the appliance
+on the LAN when photobooth-app starts, pairs with it once the operator
+approves the code it logs (on the dashboard, or by the appliance's button),
+saves the address, key and pin into its settings, and the next photo is the
+appliance's; refused, expired, or through a man in the middle, it stays
+unpaired and photos are photobooth-app's own.
 
 The plugin is loaded as photobooth-app loads it (its entry point), started by
 photobooth-app's plugin manager, and its settings changed through
@@ -12,6 +17,7 @@ photobooth-app's configuration service, as the admin UI does.
 usage: python test_photobooth_cutout.py   (in a venv: `make test-integrations`)
 """
 
+import json
 import os
 import sys
 import tempfile
@@ -19,13 +25,14 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from appliance import PHOTO, Appliance, Fallbacks  # noqa: E402
+from appliance import PHOTO, Appliance, Fallbacks, Pairing  # noqa: E402
 
 # photobooth-app keeps config/, media/, userdata/ in its working directory.
 os.chdir(tempfile.mkdtemp(prefix="photobooth-app-"))
 
 from PIL import Image, ImageOps  # noqa: E402
 
+from photobooth import CONFIG_PATH  # noqa: E402
 from photobooth.services.configuration import ConfigurationService  # noqa: E402
 from photobooth.services.pluginmanager import PluginManagerService  # noqa: E402
 from photobooth.appconfig import appconfig  # noqa: E402
@@ -115,6 +122,45 @@ class TheBackgroundRemovalStep(Fallbacks, unittest.TestCase):
         self.assertIn("removing the background on this booth", logs.output[0])
         self.assertIn(why, logs.output[0])
         self.assertEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "photobooth-app's own cut-out")
+
+
+class PairingOnTheLan(Pairing, unittest.TestCase):
+    logger = PLUGIN
+    assert_programs_own_result = TheBackgroundRemovalStep.assert_programs_own_result
+
+    @property
+    def appliance(self):
+        return appliance
+
+    def start_unpaired(self):
+        """Enabled with no address and no key, then photobooth-app (re)started,
+        as the admin UI's save with reload does."""
+        plugins.stop()
+        set_appliance("", "", "")
+        plugins.start()
+
+    def stop_booth(self):
+        plugins.stop()
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
+        plugins.start()
+
+    def saved(self):
+        with open(f"{CONFIG_PATH}plugin_cutout.json") as file:
+            settings = json.load(file)["appliance"]
+        return settings["base_url"], settings["api_key"], settings["fingerprint"]
+
+    def assert_appliances_cutout(self):
+        before = appliance.images_charged()
+        steps.REMOVE_CACHE.clear()
+        with self.assertNoLogs(PLUGIN, "WARNING"):
+            cutout = remove_background()
+        self.assertNotEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "not the booth's own model")
+        self.assertNotEqual(appliance.images_charged(), before, "the appliance served it")
+
+    def assert_unpaired(self):
+        super().assert_unpaired()
+        steps.REMOVE_CACHE.clear()
+        self.assert_programs_own_result("not paired with an appliance yet")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,11 @@ and one line is logged. Python's standard library only: pibooth installs
 neither requests nor urllib3.
 
 Settings: the `[CUTOUT]` section of pibooth.cfg (`pibooth --config`).
+With no url and no api_key, the plugin finds the appliance on the LAN and
+pairs with it when pibooth starts (cutout_booth), in a thread of its own: the
+code to approve on the appliance is logged, and once approved the url, key
+and certificate pin are saved into pibooth.cfg. Until then the captures are
+kept as they are.
 """
 
 import hashlib
@@ -22,10 +27,12 @@ import http.client
 import io
 import json
 import logging
+import socket
 import ssl
 import uuid
 from urllib.parse import urlsplit
 
+import cutout_booth
 import pibooth
 from PIL import Image
 from pibooth.pictures.factory import PilPictureFactory
@@ -38,12 +45,40 @@ SECTION = "CUTOUT"
 
 @pibooth.hookimpl
 def pibooth_configure(cfg):
-    cfg.add_option(SECTION, "url", "", "The cutout appliance's address, e.g. https://photobooth.local:8443 (empty: off)")
-    cfg.add_option(SECTION, "api_key", "", "An API key from the appliance's dashboard")
+    cfg.add_option(SECTION, "url", "", "The cutout appliance's address, e.g. https://photobooth.local:8443 "
+                   "(empty, with an empty api_key: found on the LAN and paired at start; the code to approve is logged)")
+    cfg.add_option(SECTION, "api_key", "", "An API key from the appliance's dashboard (pairing fills it in)")
     cfg.add_option(SECTION, "fingerprint", "",
                    "SHA-256 fingerprint of the appliance's certificate, pinned (`cutout tls fingerprint`); "
                    "empty: checked against the system's CAs")
     cfg.add_option(SECTION, "timeout", 30, "Seconds to wait for a cut-out before keeping the captures as they are")
+    cfg.add_option(SECTION, "booth_name", socket.gethostname(), "This booth's name, shown on the appliance when it asks to pair")
+    cfg.add_option(SECTION, "appliance", "",
+                   "The appliance to pair with, by its name on the LAN (the names found are logged); empty: the only one found")
+
+
+_stop_pairing = []  # the pairing thread's stop, while one runs
+
+
+@pibooth.hookimpl
+def pibooth_startup(cfg, app):
+    if cfg.get(SECTION, "url") or cfg.get(SECTION, "api_key"):
+        return
+
+    def save(paired):
+        cfg.set(SECTION, "url", paired.base_url)
+        cfg.set(SECTION, "api_key", paired.api_key)
+        cfg.set(SECTION, "fingerprint", paired.fingerprint)
+        cfg.save()
+
+    _stop_pairing.append(cutout_booth.find_and_pair(
+        cfg.get(SECTION, "booth_name"), lambda: cfg.get(SECTION, "appliance"), "[CUTOUT] appliance", LOGGER, save))
+
+
+@pibooth.hookimpl
+def pibooth_cleanup(app):
+    while _stop_pairing:
+        _stop_pairing.pop().set()
 
 
 # (capture, its cut-out or FAILED): pibooth asks again for each capture of

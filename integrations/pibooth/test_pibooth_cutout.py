@@ -5,7 +5,12 @@ real photo, gives a factory holding the appliance's cut-out at the photo's
 size, and the picture pibooth builds shows its own background where the
 photo's was; when the appliance is down, slow, refuses the key, shows another
 certificate or answers with something else, the picture is the one pibooth
-builds without the plugin, and one line says why.
+builds without the plugin, and one line says why. Set up with no url and no
+api_key, the plugin finds the appliance on the LAN when pibooth starts, pairs
+with it once the operator approves the code it logs (on the dashboard, or by
+the appliance's button), saves the url, key and pin into pibooth.cfg, and the
+next capture is cut out; refused, expired, or through a man in the middle,
+it stays unpaired and the captures are kept as they are.
 
 The plugin is loaded as pibooth's main() loads plugins (its entry point), its
 options added by pibooth_configure and read from a pibooth.cfg.
@@ -20,7 +25,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from appliance import PHOTO, Appliance, Fallbacks  # noqa: E402
+from appliance import PHOTO, Appliance, Fallbacks, Pairing  # noqa: E402
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pibooth.pictures imports pygame
 from PIL import Image  # noqa: E402
@@ -115,6 +120,37 @@ class ThePictureFactoryHook(Fallbacks, unittest.TestCase):
         self.assertIn("the captures are kept as they are", logs.output[0])
         self.assertIn(why, logs.output[0])
         self.assertEqual(built.tobytes(), without_plugin.tobytes(), "pibooth's own picture")
+
+
+class PairingOnTheLan(Pairing, unittest.TestCase):
+    logger = "pibooth.cutout"
+
+    @property
+    def appliance(self):
+        return appliance
+
+    def start_unpaired(self):
+        set_appliance("", "", "")
+        plugins.hook.pibooth_startup(cfg=config, app=None)  # as pibooth's main loop does first
+
+    def stop_booth(self):
+        # The plugin's own cleanup: pibooth's other plugins' needs its application.
+        plugins.get_plugin("cutout").pibooth_cleanup(app=None)
+
+    def saved(self):
+        saved = PiConfigParser(config.filename, plugins)
+        return saved.get("CUTOUT", "url"), saved.get("CUTOUT", "api_key"), saved.get("CUTOUT", "fingerprint")
+
+    def assert_appliances_cutout(self):
+        before = appliance.images_charged()
+        with self.assertNoLogs("pibooth.cutout", "WARNING"):
+            capture, factory = processing()
+        self.assertEqual(factory._images[0].mode, "RGBA", "the appliance's cut-out")
+        self.assertNotEqual(appliance.images_charged(), before, "the appliance served it")
+
+    def assert_unpaired(self):
+        super().assert_unpaired()
+        self.assertEqual(picture().tobytes(), without_plugin.tobytes(), "pibooth's own picture")
 
 
 if __name__ == "__main__":

