@@ -401,3 +401,54 @@ fn a_flood_of_refused_requests_is_logged_as_counts_not_a_line_each() {
     assert_eq!(lines(&log), 2);
     watcher.finish("refused requests");
 }
+
+#[test]
+fn pairing_requests_from_many_addresses_neither_fill_memory_nor_slow_the_api() {
+    use cutout::pairing::MAX_PENDING;
+    let app = appliance(&[]);
+    // Warm: the model's buffers are not the flood's.
+    app.guest_cuts_out();
+    let before = app.server.rss_kib();
+    let watcher = watch(&app);
+    // 2,000 addresses over 10 s, each asking twice with a name at the limit.
+    let body = serde_json::json!({ "name": "x".repeat(64), "nonce": "0".repeat(128) }).to_string();
+    let headers = [("Content-Type".to_owned(), "application/json".to_owned())];
+    let raw = raw_request(app.https, "POST", "/api/pair", &headers, body.as_bytes());
+    let attackers: Vec<_> = (0..8u8)
+        .map(|thread| {
+            let (https, fingerprint, raw) = (app.https, app.fingerprint.clone(), raw.clone());
+            std::thread::spawn(move || {
+                let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+                for n in 0..250u16 {
+                    let from = IpAddr::from([127, 2 + thread, (n >> 8) as u8, n as u8 + 1]);
+                    for _ in 0..2 {
+                        let status = send_pinned_from(Some(from), https, &fingerprint, &raw)
+                            .map_or(0, |r| r.status);
+                        *statuses.entry(status).or_default() += 1;
+                    }
+                    std::thread::sleep(Duration::from_millis(30));
+                }
+                statuses
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    app.guest_cuts_out();
+    let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+    for attacker in attackers {
+        for (status, count) in attacker.join().unwrap() {
+            *statuses.entry(status).or_default() += count;
+        }
+    }
+    let grew = app.server.rss_kib().saturating_sub(before);
+    app.guest_cuts_out();
+    watcher.finish("a flood of pairing requests");
+    eprintln!("pairing flood: {statuses:?}");
+    // Past the bound only an address already waiting is answered 202: its
+    // second request replaces its first.
+    let (accepted, refused) = (statuses[&202] as usize, statuses[&429] as usize);
+    assert!(accepted <= 2 * MAX_PENDING, "{statuses:?}");
+    assert_eq!(accepted + refused, 4000, "{statuses:?}");
+    eprintln!("the server's memory grew by {grew} KiB");
+    assert!(grew < 16 * 1024, "memory grew by {grew} KiB");
+}

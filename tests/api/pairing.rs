@@ -342,8 +342,8 @@ fn the_operator_compares_the_code_and_approves_or_refuses_on_the_dashboard() {
         );
         assert!(text.contains(&format!("<td class=\"code\">{}</td>", booth.code)));
     }
-    let door = waiting.iter().find(|w| w.name == "Door").unwrap();
-    assert_eq!(door.code, code(&certificate, NONCE, "Door"));
+    let shown = waiting.iter().find(|w| w.name == "Door").unwrap();
+    assert_eq!(shown.code, code(&certificate, NONCE, "Door"));
     let csrf = csrf_in(&page);
     let handle = |name: &str| {
         waiting
