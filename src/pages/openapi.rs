@@ -191,6 +191,37 @@ pub fn document(version: &str) -> Value {
                     "403": { "description": "The plan has no API access, or the account is suspended.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
                     "503": { "description": "The database cannot be read now.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
                 }
+            } },
+            "/api/pair": { "post": {
+                "operationId": "pair",
+                "summary": "A booth without a key asks to pair (over HTTPS only, no key)",
+                "description": "The booth shows a six-digit code it derives itself from the certificate it saw and its request: the first 4 bytes, big-endian, modulo 1,000,000 of SHA-256(\"cutout-pair\\0\" + SHA-256(the certificate, DER) + \"\\0\" + nonce + \"\\0\" + name), written \"042 917\". The operator's dashboard shows the code from the appliance's own certificate and approves the request, or the appliance's button does within button_seconds.",
+                "security": [],
+                "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object", "required": ["name", "nonce"], "properties": {
+                    "name": { "type": "string", "maxLength": 64, "description": "The booth's name: the key's label." },
+                    "nonce": { "type": "string", "pattern": "^[A-Za-z0-9_-]{16,128}$", "description": "Random, chosen by the booth for this request." } } } } } },
+                "responses": {
+                    "202": { "description": "Recorded: poll /api/pair/{id}.", "content": { "application/json": { "schema": { "type": "object", "properties": {
+                        "id": { "type": "string", "description": "Secret: the booth polls with it." },
+                        "expires_in": { "type": "integer" }, "button_seconds": { "type": "integer" } } } } } },
+                    "400": { "description": "invalid_pairing_request: not JSON, or the name or nonce is not as described.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+                    "403": { "description": "https_required: asked over plain HTTP.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+                    "429": { "description": "too_many_pairing_requests: this address asked 6 times in a minute, or 16 requests wait.", "headers": { "Retry-After": { "schema": { "type": "integer" } } }, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+                }
+            } },
+            "/api/pair/{id}": { "get": {
+                "operationId": "pairingAnswer",
+                "summary": "The operator's answer to a pairing request (over HTTPS only)",
+                "security": [],
+                "parameters": [{ "name": "id", "in": "path", "required": true, "schema": { "type": "string" } }],
+                "responses": {
+                    "200": { "description": "Approved: the booth's own key, handed out once.", "content": { "application/json": { "schema": { "type": "object", "properties": {
+                        "status": { "const": "approved" }, "api_key": { "type": "string" }, "account": { "type": "string" } } } } } },
+                    "202": { "description": "Still waiting.", "content": { "application/json": { "schema": { "type": "object", "properties": {
+                        "status": { "const": "pending" }, "expires_in": { "type": "integer" } } } } } },
+                    "403": { "description": "pairing_refused, or https_required.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+                    "404": { "description": "pairing_unknown: expired, never made, or its key already collected.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+                }
             } }
         }
     })
