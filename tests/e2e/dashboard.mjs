@@ -3,13 +3,16 @@
 // data directory and the smallest real model, then walks the whole story:
 // setup link -> admin -> account + user -> key -> API call -> usage ->
 // Try it -> docs -> revoke -> 401; then the same appliance with HTTPS on,
-// where the browser is sent from plain HTTP to HTTPS and signs in there. A
+// where the browser is sent from plain HTTP to HTTPS and signs in there, and
+// a booth asks to pair and the operator approves it on the Booths page. A
 // screenshot of every page goes to $E2E_ARTIFACTS (default
 // target/e2e-artifacts).
 //
 // Usage: node tests/e2e/dashboard.mjs [path/to/cutout]
 
 import { spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import https from "node:https";
 import { mkdtempSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -54,6 +57,34 @@ function startServer(env = {}) {
       }
     });
   });
+}
+
+/**
+ * A booth's request over HTTPS, trusting no certificate yet: the answer's
+ * status and JSON, and the SHA-256 of the certificate it saw.
+ */
+function booth(url, body) {
+  return new Promise((resolve, reject) => {
+    const request = https.request(url, {
+      method: body ? "POST" : "GET", rejectUnauthorized: false, agent: false,
+      headers: body ? { "Content-Type": "application/json" } : {},
+    }, (reply) => {
+      const certificate = createHash("sha256").update(reply.socket.getPeerCertificate().raw).digest();
+      let text = "";
+      reply.on("data", (chunk) => { text += chunk; });
+      reply.on("end", () => resolve({ status: reply.statusCode, json: JSON.parse(text), certificate }));
+    });
+    request.on("error", reject);
+    request.end(body && JSON.stringify(body));
+  });
+}
+
+/** The code a booth shows: from the certificate it saw, its nonce and name. */
+function pairingCode(certificate, nonce, name) {
+  const digest = createHash("sha256").update("cutout-pair\0").update(certificate).update("\0")
+    .update(nonce).update("\0").update(name).digest();
+  const n = digest.readUInt32BE(0) % 1_000_000;
+  return `${String(Math.floor(n / 1000)).padStart(3, "0")} ${String(n % 1000).padStart(3, "0")}`;
 }
 
 async function waitUntilReady(base) {
@@ -284,6 +315,27 @@ try {
     assert.match(await tlsPage.locator("main").innerText(), new RegExp(`port ${secure.httpsBase.split(":").pop()}`));
     assert.ok((await tlsPage.locator("main").innerText()).includes(secure.fingerprint), "the fingerprint to pin");
     await shot("https-admin-status", tlsPage);
+
+    // A booth with no key asks to pair; the operator finds its code on the
+    // Booths page, approves it into the account, and the booth collects
+    // its own key, which cuts out a photo.
+    const nonce = randomBytes(16).toString("hex");
+    const asked = await booth(`${secure.httpsBase}/api/pair`, { name: "Booth by the door", nonce });
+    assert.equal(asked.status, 202);
+    const shown = pairingCode(asked.certificate, nonce, "Booth by the door");
+    await tlsPage.click("text=Booths");
+    const row = tlsPage.locator("tr[data-pairing]");
+    assert.equal(await row.locator("td.code").innerText(), shown, "the dashboard shows the booth's code");
+    await shot("admin-booths", tlsPage);
+    await row.locator("select[name=account]").selectOption("photo-booth");
+    await row.locator("button", { hasText: "Approve" }).click();
+    await tlsPage.waitForURL(`${secure.httpsBase}/admin/booths?done=paired`);
+    assert.match(await tlsPage.locator("main").innerText(), /Booth paired/);
+    await shot("admin-booth-paired", tlsPage);
+    const collected = await booth(`${secure.httpsBase}/api/pair/${asked.json.id}`);
+    assert.equal(collected.status, 200);
+    assert.equal(collected.json.account, "photo-booth");
+    assert.equal((await callApi(secure.base, collected.json.api_key)).status, 200);
   } finally {
     secure.server.kill("SIGTERM");
   }
