@@ -418,7 +418,9 @@ fn the_operator_compares_the_code_and_approves_or_refuses_on_the_dashboard() {
 
 #[test]
 fn the_button_approves_the_one_booth_that_asked_in_the_last_minute() {
+    // The button's thread is `serve`'s; here the test presses for it.
     let app = spawn_app_with(cutout::EngineSource::Ready(u2netp()), |s| {
+        s.button.value_file = Some("/nonexistent/button".into());
         s.pairing_account = Some("kiosk".into());
     });
     app.account("booth", "pro");
@@ -459,10 +461,11 @@ fn the_button_approves_the_one_booth_that_asked_in_the_last_minute() {
     let one = ask(4);
     assert_eq!(
         app.state.led_state(),
-        cutout::led::State::Idle,
-        "no button configured: the LED does not wait"
+        cutout::led::State::Waiting,
+        "one booth to approve: the LED says the button is awaited"
     );
     app.state.button_pressed();
+    assert_eq!(app.state.led_state(), cutout::led::State::Idle);
     let cutout::pairing::Poll::Approved { account, .. } = app.state.pairings.poll(&one, now())
     else {
         panic!("the press approved nothing");

@@ -141,6 +141,17 @@ fn without_the_link_the_code_or_the_button_no_request_sets_the_password() {
             "/admin/accounts",
             vec![("csrf", &csrf), ("name", "x"), ("plan", "pro")],
         ),
+        (
+            "/admin/accounts/x/password",
+            vec![("csrf", &csrf), password[0]],
+        ),
+        (
+            "/admin/booths/x/approve",
+            vec![("csrf", &csrf), ("account", "x")],
+        ),
+        ("/account/password", vec![("csrf", &csrf), password[0]]),
+        ("/logout", vec![("csrf", &csrf)]),
+        ("/api/pair", vec![("name", "admin")]),
     ];
     for (path, fields) in &tries {
         let reply = lan.post(path, fields);
