@@ -99,6 +99,8 @@ fn setup_page(addr: SocketAddr, https: Option<SocketAddr>) -> String {
 pub struct TlsInfo {
     pub addr: SocketAddr,
     pub fingerprint: String,
+    /// The same SHA-256 as bytes: what a booth's pairing code is made from.
+    pub certificate_sha256: Vec<u8>,
 }
 
 /// What the dashboard keeps between requests besides the database.

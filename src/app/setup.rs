@@ -221,14 +221,17 @@ impl SetupState {
 mod tests {
     use super::*;
 
+    /// The open setup's token and code.
+    fn link(state: &SetupState) -> (String, String) {
+        let (token, code) = state.link().expect("setup is open");
+        (token.to_owned(), code.to_owned())
+    }
+
     #[test]
     fn the_code_opens_setup_and_wrong_codes_replace_it() {
         let setup = Setup::new(true);
         let mut state = setup.lock();
-        let (token, code) = state
-            .link()
-            .map(|(t, c)| (t.to_owned(), c.to_owned()))
-            .unwrap();
+        let (token, code) = link(&state);
         assert!(code.len() == 9 && code.as_bytes()[4] == b'-', "{code}");
         let typed = code.to_lowercase().replace('-', " ");
         assert_eq!(state.token_for_code(&typed, 1000), Ok(token.clone()));
@@ -290,10 +293,7 @@ mod tests {
     fn once_the_password_is_set_nothing_opens_setup() {
         let setup = Setup::new(true);
         let mut state = setup.lock();
-        let (token, code) = state
-            .link()
-            .map(|(t, c)| (t.to_owned(), c.to_owned()))
-            .unwrap();
+        let (token, code) = link(&state);
         let cookie = state.wait_for_button(1000);
         state.close();
         assert!(!state.token_matches(&token, 1000));

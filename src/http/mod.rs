@@ -67,6 +67,11 @@ fn listen(settings: &Settings) -> Result<(Server, SocketAddr, Option<TlsInfo>)> 
         );
         tls = Some(TlsInfo {
             addr,
+            certificate_sha256: certificate
+                .fingerprint
+                .split(':')
+                .map(|pair| u8::from_str_radix(pair, 16).expect("the fingerprint is hex pairs"))
+                .collect(),
             fingerprint: certificate.fingerprint,
         });
     }

@@ -23,7 +23,7 @@ fn error(status: u16, code: &str, title: &str, detail: &str) -> Body {
 }
 
 /// The appliance's certificate's SHA-256, when this request came over HTTPS.
-fn certificate_sha256(state: &AppState, request: &Request) -> Result<Vec<u8>, Body> {
+fn certificate_sha256<'s>(state: &'s AppState, request: &Request) -> Result<&'s [u8], Body> {
     let over_https = state.tls.as_ref().filter(|_| request.secure());
     let Some(tls) = over_https else {
         return Err(error(
@@ -33,11 +33,7 @@ fn certificate_sha256(state: &AppState, request: &Request) -> Result<Vec<u8>, Bo
             "Pair over the appliance's HTTPS port (DNS-SD's https_port): the code and the key depend on its certificate.",
         ));
     };
-    Ok(tls
-        .fingerprint
-        .split(':')
-        .map(|pair| u8::from_str_radix(pair, 16).expect("the fingerprint is hex pairs"))
-        .collect())
+    Ok(&tls.certificate_sha256)
 }
 
 pub fn ask(state: &AppState, request: &mut Request) -> Body {
@@ -82,7 +78,7 @@ pub fn ask(state: &AppState, request: &mut Request) -> Body {
         return invalid("The client's address is unknown.");
     };
     let now = state.clock.now_unix();
-    match state.pairings.ask(name, nonce, address, &certificate, now) {
+    match state.pairings.ask(name, nonce, address, certificate, now) {
         Ok(id) => respond::json(
             202,
             &json!({

@@ -80,6 +80,11 @@ fn booth_code(app: &TestApp, name: &str) -> String {
     code(&sha256, NONCE, name)
 }
 
+/// The requests waiting now, by the app's clock.
+fn waiting_now(app: &TestApp) -> Vec<cutout::pairing::PendingView> {
+    app.state.pairings.waiting(app.now.load(Ordering::SeqCst))
+}
+
 fn json(reply: &Reply) -> serde_json::Value {
     serde_json::from_str(&reply.text()).unwrap()
 }
@@ -151,11 +156,7 @@ fn pairing_over_plain_http_or_without_https_is_refused() {
         (poll.status, poll.error_code()),
         (403, "https_required".into())
     );
-    assert!(app
-        .state
-        .pairings
-        .waiting(app.now.load(Ordering::SeqCst))
-        .is_empty());
+    assert!(waiting_now(&app).is_empty());
 
     let no_https = spawn_app();
     let plain = send_raw(
@@ -224,11 +225,7 @@ fn a_malformed_pairing_request_is_named_and_records_nothing() {
         (unknown.status, unknown.error_code()),
         (404, "pairing_unknown".into())
     );
-    assert!(app
-        .state
-        .pairings
-        .waiting(app.now.load(Ordering::SeqCst))
-        .is_empty());
+    assert!(waiting_now(&app).is_empty());
 }
 
 #[test]
@@ -306,13 +303,7 @@ fn an_address_that_asks_too_often_and_too_many_booths_at_once_are_told_to_wait()
         let expected = if n + 1 < MAX_PENDING as u8 { 202 } else { 429 };
         assert_eq!(reply.status, expected, "request {n}: {}", reply.text());
     }
-    assert_eq!(
-        app.state
-            .pairings
-            .waiting(app.now.load(Ordering::SeqCst))
-            .len(),
-        MAX_PENDING
-    );
+    assert_eq!(waiting_now(&app).len(), MAX_PENDING);
 }
 
 #[test]
