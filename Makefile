@@ -82,13 +82,16 @@ check: models onnxruntime
 # tests) and the aarch64 test build (its binary also runs on the emulated
 # boards); clippy's check build and tiny_http's own tests are the others.
 PHASE := .ci/phase
+# The x86 test build: the unit and integration tests and the binary, not
+# the examples (clippy checks those).
+TEST_BUILD = $(CARGO) test --workspace --tests --no-run
 test:
 	@mkdir -p target && rm -f target/phases.txt
 	@[ -z "$$CI_INSTALL_SECONDS" ] || printf '%-14s %5d s\n' install "$$CI_INSTALL_SECONDS" > target/phases.txt
 	$(PHASE) models $(MAKE) models onnxruntime quantize
 	$(PHASE) lint $(MAKE) lint
 	$(PHASE) deny $(MAKE) deny
-	$(PHASE) build $(CARGO) test --workspace --no-run
+	$(PHASE) build $(TEST_BUILD)
 	$(PHASE) unit $(MAKE) test-unit
 	$(PHASE) api $(CARGO) test --workspace --test api
 	$(PHASE) test-models $(MAKE) test-models
@@ -108,9 +111,11 @@ test-unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test --workspace --doc
 
-# models/prepare.py's rewrites on small graphs, in the pinned tools' venv.
+# models/prepare.py's rewrites on small graphs, in the pinned tools' venv;
+# models/fetch.py's cache of what it made.
 test-models:
 	python3 models/test_prepare.py
+	python3 models/test_fetch.py
 
 # The vendored tiny_http's own tests (vendor/tiny_http/PATCHES.md), TLS on;
 # its own target dir, as it is not a workspace member.
@@ -124,7 +129,7 @@ test-tiny-http:
 # `cargo test --no-run` builds the same binary the API tests run (with the
 # test build's features), so no second build of the dependencies.
 e2e: models
-	$(CARGO) test --workspace --no-run
+	$(TEST_BUILD)
 	cd tests/e2e && npm ci --no-audit --no-fund
 	node tests/e2e/dashboard.mjs target/debug/cutout
 	node tests/e2e/removebg-client.mjs target/debug/cutout
@@ -135,13 +140,17 @@ e2e: models
 pinned_venv = cmp -s $(1) $(2)/requirements.txt || { rm -rf $(2) && python3 -m venv $(2) && \
 	$(2)/bin/pip install -q --disable-pip-version-check --no-deps -r $(1) && cp $(1) $(2)/; }
 
+# Where the test venvs live: .ci/run keeps them outside the clone, at a path
+# that stays (a venv's scripts name the path it was made at).
+VENVS ?= target
+
 # remove.bg's published Python clients from PyPI (tests/clients/requirements.txt,
 # exact versions, --no-deps) against the appliance, unchanged but for its
 # address: their calls, their typed errors, image_url from a server allowed.
-# The venv in target/clients is made again when the list changes.
-CLIENTS_VENV := target/clients
+# The venv in $(VENVS)/clients is made again when the list changes.
+CLIENTS_VENV := $(VENVS)/clients
 test-clients:
-	@test -x $(TEST_APPLIANCE_BINARY) || $(CARGO) test --workspace --no-run
+	@test -x $(TEST_APPLIANCE_BINARY) || $(TEST_BUILD)
 	$(call pinned_venv,tests/clients/requirements.txt,$(CLIENTS_VENV))
 	TEST_APPLIANCE_BINARY=$(TEST_APPLIANCE_BINARY) $(CLIENTS_VENV)/bin/python -P tests/clients/test_removebg_clients.py
 
@@ -151,16 +160,16 @@ test-clients:
 # on a port of the tests' own) to the first cut-out, with cutout-booth (the
 # two plugins' shared discovery and pairing) and its own tests. Each
 # program has its own venv in
-# target/integrations/, made again when its integrations/*/requirements.txt
+# $(VENVS)/integrations/, made again when its integrations/*/requirements.txt
 # (exact versions, installed with --no-deps) changes; about 45 s from none.
 # `python -P`: the tests load the installed plugin, not the one beside them.
 # The appliance is TEST_APPLIANCE_BINARY, the test build's binary (`make
 # test` builds it in its build phase; built here only if missing).
 TEST_APPLIANCE_BINARY ?= target/debug/cutout
 test-integrations: models
-	@test -x $(TEST_APPLIANCE_BINARY) || $(CARGO) test --workspace --no-run
+	@test -x $(TEST_APPLIANCE_BINARY) || $(TEST_BUILD)
 	for program in photobooth-app pibooth; do \
-		venv=target/integrations/$$program; \
+		venv=$(VENVS)/integrations/$$program; \
 		$(call pinned_venv,integrations/$$program/requirements.txt,$$venv) || exit 1; \
 		$$venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
 			--force-reinstall ./integrations/cutout-booth ./integrations/$$program && \
@@ -182,14 +191,14 @@ aarch64:
 	$(ARM) $(CARGO) build --release --target $(AARCH64)
 	@echo "built target/aarch64/$(AARCH64)/release/cutout"
 
-# Everything built for aarch64 once, at the tests' profile (the library,
-# the binary and all tests): the library's unit tests, the binary (its
+# What runs on aarch64, built once at the tests' profile (the library's and
+# the binary's unit tests, the binary, the API tests): the library's unit tests, the binary (its
 # commands, and the threaded server without a model: tests/aarch64-smoke.sh)
 # and the API tests that run no model run under qemu-aarch64; test-board
 # runs the models on the same binary.
 ARM_TESTS := target/aarch64/$(AARCH64)/debug
 aarch64-tests: models
-	$(ARM) $(CARGO) test --workspace --no-run --target $(AARCH64)
+	$(ARM) $(CARGO) test --workspace --no-run --target $(AARCH64) --lib --bins --test api
 
 test-aarch64: aarch64-tests binfmt
 	@echo "not run under qemu-user: a_large_block_asks_for_huge_pages (qemu writes its own" \
@@ -226,9 +235,8 @@ binfmt:
 # serves cut-outs with each board's defaults, matched against the x86
 # build's. The binary is the aarch64 test build's: the package's code, its
 # dependencies optimised as in the release build, the crate itself at
-# opt-level 1 (as in every test build). The A72 also measures its rungs in
-# the background (a child aarch64 process: binfmt). About 15 minutes; needs
-# root and qemu 10.
+# opt-level 1 (as in every test build). Measuring a board's rungs when idle
+# is the same code natively (tests/api/ladder.rs). Needs root and qemu 10.
 BOARD_MODELS := target/board/models
 test-board: models quantize aarch64-tests binfmt
 	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir $(BOARD_MODELS)
@@ -255,7 +263,7 @@ deb-arm64: models
 # cargo-deb warns about the dev profile), and the compression faster (325 MB
 # of models).
 test-deb:
-	$(CARGO) test --workspace --no-run
+	$(TEST_BUILD)
 	$(MAKE) deb DEB_PROFILE=dev DEB_FLAGS="--fast --no-build"
 	sh packaging/test-install.sh target/debian/cutout_*_amd64.deb ../shared/eval/dev/grabcut/images/106024.jpg
 

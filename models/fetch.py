@@ -168,12 +168,13 @@ def prepare(model, engine, sha256, models_dir, cache, models):
     model's is quantised anew from its source in tract's format."""
     dest = models_dir / prepared_file(model, engine)
     if dest.exists() and sha256_file(dest) == sha256:
+        keep(dest, sha256, cache)
         print(f"ok   {dest.name} (already present)")
         return
     exe = venv_python(cache)
     if model["source"]["client"] == "quantize" and engine == "tract":
         source = models[model["source"]["from"]]
-        install(dest, quantized(model, source, models_dir, cache, engine), sha256)
+        install(dest, quantized(model, source, models_dir, cache, engine), sha256, cache)
         print(f"ok   {dest.name} quantised for {engine} ({dest.stat().st_size / 1e6:.1f} MB)")
         return
 
@@ -186,7 +187,7 @@ def prepare(model, engine, sha256, models_dir, cache, models):
                 raise FetchError(f"{dest.name}: models/prepare.py failed (exit {r.returncode})")
             yield from file_blocks(out)
 
-    install(dest, blocks(), sha256)
+    install(dest, blocks(), sha256, cache)
     print(f"ok   {dest.name} prepared for {engine} ({dest.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -198,6 +199,7 @@ def get(model, models_dir, cache, models):
     src, dest = model["source"], models_dir / model["file"]
     stale = dest.exists()
     if stale and sha256_file(dest) == model["sha256"]:
+        keep(dest, model["sha256"], cache)
         print(f"ok   {model['name']} (already present)")
         return
     note = " (replacing a file with the wrong sha256)" if stale else ""
@@ -216,13 +218,20 @@ def get(model, models_dir, cache, models):
     hint = (" (models/quantize.py made other bytes than its pinned tools made where"
             " the manifest was written: another CPU's kernels may round differently)"
             if src["client"] == "quantize" else "")
-    install(dest, blocks, model["sha256"], hint)
+    install(dest, blocks, model["sha256"], cache, hint)
     print(f"ok   {model['name']} -> {dest} ({dest.stat().st_size / 1e6:.1f} MB)")
 
 
-def install(dest, blocks, sha256, hint=""):
+def install(dest, blocks, sha256, cache, hint=""):
     """Writes `blocks` beside `dest` so that the final rename is atomic, and
-    hashes them while writing so that a bad file is never renamed into place."""
+    hashes them while writing so that a bad file is never renamed into place.
+    What it installs is kept in the cache by its sha256 and taken from there
+    next time, so another checkout on this machine (a CI run) makes nothing
+    again: `blocks` are lazy, and a quantised model is never made."""
+    kept = cache / "made" / sha256
+    from_kept = kept.exists() and sha256_file(kept) == sha256
+    if from_kept:
+        blocks = file_blocks(kept)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     try:
         h = hashlib.sha256()
@@ -233,10 +242,31 @@ def install(dest, blocks, sha256, hint=""):
         if h.hexdigest() != sha256:
             raise FetchError(f"{dest.name}: sha256 mismatch: expected {sha256}, got {h.hexdigest()}{hint}")
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600
+        if not from_kept:
+            keep(Path(tmp), sha256, cache, replace=True)
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def keep(path, sha256, cache, replace=False):
+    """`path`, whose sha256 is known, copied into the cache unless there
+    (with `replace`, over what is there: it proved corrupt)."""
+    kept = cache / "made" / sha256
+    if replace or not kept.exists():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, f"{kept}.part")
+        os.replace(f"{kept}.part", kept)
+
+
+def forget_unlisted(made, manifest_text):
+    """Files kept by a sha256 the manifest no longer names go: the cache
+    holds one set of models, not every set there ever was."""
+    if made.is_dir():
+        for kept in made.iterdir():
+            if kept.name not in manifest_text:
+                kept.unlink()
 
 
 def onnxruntime_item(runtime, arch):
@@ -273,6 +303,7 @@ def main():
         if unknown := [n for n in args.names if n not in models]:
             raise FetchError(f"unknown model {', '.join(unknown)} (manifest has {', '.join(models)})")
         args.models_dir.mkdir(parents=True, exist_ok=True)
+        forget_unlisted(args.cache / "made", args.manifest.read_text())
         for name in args.names or manifest_models(manifest):
             fetch(models[name], args.models_dir, args.cache, models)
     except (FetchError, OSError, tomllib.TOMLDecodeError, tarfile.TarError) as e:

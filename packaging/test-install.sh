@@ -17,9 +17,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "debootstrap bookworm (minbase) into $root"
-debootstrap --variant=minbase bookworm "$root" >"$root.log" 2>&1 || { cat "$root.log"; exit 1; }
-rm -f "$root.log"
+# BASE_TREE (CI sets it, in its build cache): a tar of the fresh tree,
+# made by the first run and unpacked by the next ones for a week.
+base=${BASE_TREE:-}
+if [ -n "$base" ] && [ -n "$(find "$base" -mtime -7 2>/dev/null)" ]; then
+    echo "unpacking the debootstrapped tree $base into $root"
+    tar -xf "$base" -C "$root"
+else
+    echo "debootstrap bookworm (minbase) into $root"
+    debootstrap --variant=minbase bookworm "$root" >"$root.log" 2>&1 || { cat "$root.log"; exit 1; }
+    rm -f "$root.log"
+    if [ -n "$base" ]; then
+        tar -cf "$base.part" -C "$root" . && mv "$base.part" "$base"
+    fi
+fi
 mount -t proc proc "$root/proc"
 cp "$deb" "$root/tmp/cutout.deb"
 chroot "$root" apt-get install -y -qq /tmp/cutout.deb

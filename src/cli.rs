@@ -134,6 +134,9 @@ enum Command {
         /// One rung of `type=auto`'s ladder, every view of it, instead.
         #[arg(long)]
         rung: Option<String>,
+        /// The process that measures: this one ends when it does.
+        #[arg(long)]
+        parent: Option<u32>,
     },
 }
 
@@ -319,7 +322,11 @@ pub fn run(cli: Cli) -> Result<()> {
             engine,
             photo,
             rung,
+            parent,
         } => {
+            if let Some(parent) = parent {
+                ladder::end_with(parent)?;
+            }
             let rung = match rung {
                 Some(name) => Some(
                     crate::pipeline::Rung::parse(&name)

@@ -83,10 +83,12 @@ pub fn announce(
 
 impl Drop for Announcer {
     fn drop(&mut self) {
+        // Bounded, all names together: a stop must not hang on the network.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         for name in &self.names {
             if let Ok(done) = self.daemon.unregister(name) {
-                // Bounded: a stop must not hang on the network.
-                let _ = done.recv_timeout(std::time::Duration::from_secs(1));
+                let _ = done
+                    .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
             }
         }
         let _ = self.daemon.shutdown();

@@ -87,9 +87,9 @@ pub enum ApiError {
     MethodNotAllowed { allow: &'static str },
     #[error("service unavailable: {0}")]
     Unavailable(String),
-    /// The client hung up before its model ran: nothing ran, nothing was
-    /// charged, and no answer can reach it (the log's and /metrics' 499,
-    /// nginx's status for it).
+    /// The client hung up before its answer was written (before its model
+    /// ran, nothing ran): nothing was charged, and no answer can reach it
+    /// (the log's and /metrics' 499, nginx's status for it).
     #[error("the client closed the connection")]
     ClientGone,
     #[error("internal error")]
@@ -246,7 +246,7 @@ impl ApiError {
             MethodNotAllowed { allow } => format!("This path accepts {allow}."),
             Unavailable(_) => "The service cannot take this request now; retry shortly.".into(),
             Internal(_) => "Something went wrong on the server; it has been logged.".into(),
-            ClientGone => "The client closed the connection before its image was cut out.".into(),
+            ClientGone => "The client closed the connection before its answer was written.".into(),
         }
     }
 

@@ -80,6 +80,19 @@ pub struct Choice {
     pub seconds: Option<Seconds>,
     /// The next better rung, and its seconds where known.
     pub better: Option<(Rung, Option<Seconds>)>,
+    pub fit: Fit,
+}
+
+/// Whether the rung that serves fits the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fit {
+    Fits,
+    /// No rung does: the fastest serves instead.
+    NoneFits,
+    /// Nothing is known of this board's speed: the best serves until the
+    /// board's own measurement chooses.
+    Unknown,
 }
 
 /// The best of `rungs` (best first, each with its seconds where known)
@@ -88,18 +101,19 @@ pub struct Choice {
 /// the first.
 pub fn choose(rungs: &[(Rung, Option<Seconds>)], budget: f64) -> Choice {
     assert!(!rungs.is_empty(), "a pipeline has at least one rung");
-    let index = rungs
+    let fitting = rungs
         .iter()
-        .position(|(_, s)| s.is_some_and(|s| s.seconds <= budget))
-        .unwrap_or(if rungs.iter().all(|(_, s)| s.is_none()) {
-            0
-        } else {
-            rungs.len() - 1
-        });
+        .position(|(_, s)| s.is_some_and(|s| s.seconds <= budget));
+    let (index, fit) = match fitting {
+        Some(index) => (index, Fit::Fits),
+        None if rungs.iter().all(|(_, s)| s.is_none()) => (0, Fit::Unknown),
+        None => (rungs.len() - 1, Fit::NoneFits),
+    };
     Choice {
         rung: rungs[index].0,
         seconds: rungs[index].1,
         better: index.checked_sub(1).map(|i| rungs[i]),
+        fit,
     }
 }
 
@@ -244,13 +258,26 @@ fn describe_choice(pipeline: &Pipeline, choice: &Choice, budget_seconds: f64) ->
         }) => format!("{seconds:.1} s a photo, estimated from published rates for this CPU"),
         None => "its time here not known yet".to_owned(),
     };
-    let mut lines = vec![format!(
-        "type=auto serves {} ({}{}): {}; the budget is {budget_seconds} s",
-        choice.rung.name(),
-        pipeline.describe(choice.rung),
-        quality(pipeline, choice.rung),
-        seconds(choice.seconds)
-    )];
+    let serving = |instead: &str| {
+        format!(
+            "type=auto serves {}{instead} ({}{}): {}",
+            choice.rung.name(),
+            pipeline.describe(choice.rung),
+            quality(pipeline, choice.rung),
+            seconds(choice.seconds)
+        )
+    };
+    let mut lines = vec![match choice.fit {
+        Fit::Fits => format!("{}; the budget is {budget_seconds} s", serving("")),
+        Fit::NoneFits => format!(
+            "{}; no rung fits the budget of {budget_seconds} s, so the fastest serves",
+            serving(" instead")
+        ),
+        Fit::Unknown => format!(
+            "{}; the budget is {budget_seconds} s, and the choice waits for this board's own measurement",
+            serving("")
+        ),
+    }];
     if let Some((better, better_seconds)) = choice.better {
         let (buys, costs) = match (better_seconds, choice.seconds) {
             (Some(s), _) => (
@@ -315,8 +342,12 @@ pub struct LadderView {
     pub model: String,
     pub engine: String,
     pub budget_seconds: f64,
-    /// The rung `type=auto` serves within the budget.
+    /// The rung `type=auto` serves: the best within the budget, the fastest
+    /// where none fits (`fit`).
     pub serves: String,
+    pub fit: Fit,
+    /// The seconds of the rung that serves, where known.
+    pub serves_seconds: Option<f64>,
     /// What the seconds rest on.
     pub seconds_from: String,
     /// The dev sets the MAE figures are in the order of.
@@ -407,6 +438,8 @@ pub fn view(
         engine: engine.to_string(),
         budget_seconds,
         serves: choice.rung.name().to_owned(),
+        fit: choice.fit,
+        serves_seconds: choice.seconds.map(|s| (s.seconds * 10.0).round() / 10.0),
         seconds_from,
         sets: peers.sets.clone(),
         peers_within_budget: within.iter().map(|p| p.name.clone()).collect(),
@@ -455,10 +488,21 @@ impl LadderView {
                 figures(&rung.mae_vs_best_peer, 2),
             ));
         }
-        lines.push(format!(
-            "type=auto serves {} within {} s. Seconds: {}",
-            self.serves, self.budget_seconds, self.seconds_from
-        ));
+        let (serves, budget) = (&self.serves, self.budget_seconds);
+        let seconds = self
+            .serves_seconds
+            .map_or("?".to_owned(), |s| format!("{s:.1} s"));
+        lines.push(match self.fit {
+            Fit::Fits => format!("type=auto serves {serves} within {budget} s ({seconds})."),
+            Fit::NoneFits => format!(
+                "Nothing fits within {budget} s: type=auto serves the fastest, {serves}, at {seconds} instead."
+            ),
+            Fit::Unknown => format!(
+                "type=auto serves {serves} until this board's own measurement (cutout bench, or the \
+                 server when idle) chooses within {budget} s: its seconds here are not known."
+            ),
+        });
+        lines.push(format!("Seconds: {}", self.seconds_from));
         lines
     }
 }
@@ -503,16 +547,7 @@ impl Child<'_> {
             photo,
             rung,
         } = *self;
-        // The ladder is timed while the server serves: at the lowest CPU
-        // priority, requests go first.
-        let mut command = match rung {
-            Some(_) => {
-                let mut nice = Command::new("nice");
-                nice.args(["-n", "19"]).arg(std::env::current_exe()?);
-                nice
-            }
-            None => Command::new(std::env::current_exe()?),
-        };
+        let mut command = Command::new(std::env::current_exe()?);
         command
             .arg("--data-dir")
             .arg(&settings.data_dir)
@@ -520,6 +555,7 @@ impl Child<'_> {
             .arg(&settings.models_dir)
             .args(["bench-one", model, &engine.to_string()])
             .arg(photo)
+            .args(["--parent", &std::process::id().to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(rung) = rung {
@@ -529,6 +565,9 @@ impl Child<'_> {
             command.env("CUTOUT_ONNXRUNTIME_LIBRARY", library);
         }
         let mut child = command.spawn().context("starting cutout bench-one")?;
+        if rung.is_some() {
+            lowest_priority(&child);
+        }
         let deadline = Instant::now().checked_add(left);
         let status = loop {
             if let Some(status) = child.try_wait()? {
@@ -573,6 +612,30 @@ impl Child<'_> {
             _ => Err(anyhow!("bench-one printed {out:?}")),
         }
     }
+}
+
+/// The ladder is timed while the server serves: at the lowest CPU
+/// priority, requests go first. Set from here rather than by `nice`, so
+/// that a refusal (the unit's system call filter) is said in the log.
+fn lowest_priority(child: &std::process::Child) {
+    let pid = rustix::process::Pid::from_child(child);
+    if let Err(e) = rustix::process::setpriority_process(Some(pid), 19) {
+        log::warn!(
+            "cannot give the measurement the lowest CPU priority ({e}): it competes with requests"
+        );
+    }
+}
+
+/// In the child: ends it when the measuring process ends (stopped, or
+/// killed), so that no measurement outlives the server that started it.
+pub fn end_with(parent: u32) -> Result<()> {
+    use rustix::process::{getppid, set_parent_process_death_signal, Pid, Signal};
+    set_parent_process_death_signal(Some(Signal::KILL))?;
+    // Gone already, before the line above could take effect.
+    if getppid() != Pid::from_raw(parent as i32) {
+        bail!("the server that started this measurement has stopped");
+    }
+    Ok(())
 }
 
 /// In the child: loads `model` on `engine` (with the models its
@@ -670,7 +733,11 @@ mod tests {
         assert_eq!(choice.better, Some((Rung::Views, measured(6.2))));
         assert_eq!(choose(&rungs, 6.2).rung, Rung::Views);
         assert_eq!(choose(&rungs, 6.2).better, None);
+        assert_eq!(choose(&rungs, 6.2).fit, Fit::Fits);
         assert_eq!(choose(&rungs, 1.0).rung, Rung::Fast);
+        assert_eq!(choose(&rungs, 1.0).fit, Fit::Fits);
+        assert_eq!(choose(&rungs, 0.3).rung, Rung::Fast);
+        assert_eq!(choose(&rungs, 0.3).fit, Fit::NoneFits);
     }
 
     #[test]
@@ -691,8 +758,10 @@ mod tests {
         ];
         assert_eq!(choose(&stopped, 4.0).rung, Rung::Fast);
         assert_eq!(choose(&stopped, 4.0).better, Some((Rung::Alone, None)));
+        assert_eq!(choose(&stopped, 4.0).fit, Fit::NoneFits);
         let unknown = [(Rung::Views, None), (Rung::Alone, None), (Rung::Fast, None)];
         assert_eq!(choose(&unknown, 4.0).rung, Rung::Views);
+        assert_eq!(choose(&unknown, 4.0).fit, Fit::Unknown);
         assert_eq!(
             choose(&[(Rung::Views, measured(9.0))], 4.0).rung,
             Rung::Views
@@ -745,6 +814,15 @@ mod tests {
         // Nothing published for this CPU: unknown until measured.
         let unknown = seconds(EngineKind::Onnxruntime, None, "AMD EPYC 9R14");
         assert!(unknown.iter().all(|(_, s)| s.is_none()));
+        let unmeasured = rung_seconds(&pipeline, EngineKind::Onnxruntime, None, "AMD EPYC 9R14");
+        let lines = describe_choice(&pipeline, &choose(&unmeasured, 4.0), 4.0);
+        assert!(
+            lines[0].starts_with("type=auto serves views (")
+                && lines[0].ends_with(
+                    "its time here not known yet; the budget is 4 s, and the choice waits for this board's own measurement"
+                ),
+            "{lines:?}"
+        );
 
         // Measured, for this model and engine: the measurement decides.
         let measured = |seconds| Measurement::Measured {
@@ -795,6 +873,13 @@ mod tests {
         assert_eq!(choice.rung, Rung::Fast);
         // 5 s x 119.7 / 12.6 GMACs.
         let lines = describe_choice(&pipeline, &choice, 4.0);
+        assert!(
+            lines[0].starts_with("type=auto serves fast instead (")
+                && lines[0].ends_with(
+                    "5.0 s a photo, measured on this board; no rung fits the budget of 4 s, so the fastest serves"
+                ),
+            "{lines:?}"
+        );
         assert!(
             lines[1].starts_with("a budget of about 47 s would buy alone")
                 && lines[1].ends_with(

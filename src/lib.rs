@@ -3,7 +3,8 @@
 //! HTTP (docs/architecture.md; each file's header).
 #![deny(unsafe_code)]
 
-// `unsafe` is here only in the allocator, which cannot be written without it
+// `unsafe` is here only in the allocator and in ONNX Runtime's crash guard
+// (engine/trial.rs, a signal handler), which cannot be written without it
 // (and in crates/tract-planned, which writes into tract's buffers).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]

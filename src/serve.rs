@@ -40,10 +40,17 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
     let app = App::build(settings, EngineSource::Load, Clock::default())?;
     let report = Report::load(&ladder_settings.data_dir);
     let measured = serve_best_rung(&app.state(), &ladder_settings, report.as_ref());
-    let measuring = (ladder_settings.pipeline.bench_when_idle && !measured).then(|| {
+    // The photo a measurement writes, removed on stop if one was under way.
+    let measured_photo = (ladder_settings.pipeline.bench_when_idle
+        && !measured
+        && ladder_settings.pipeline.bench_photo.is_none())
+    .then(|| ladder_settings.data_dir.join(BENCH_PHOTO));
+    if ladder_settings.pipeline.bench_when_idle && !measured {
         let state = app.state();
-        std::thread::spawn(move || measure_when_idle(&state, &ladder_settings))
-    });
+        // Never waited for on stop: its child ends with this process
+        // (`ladder::end_with`), and its photo is made again next time.
+        std::thread::spawn(move || measure_when_idle(&state, &ladder_settings));
+    }
     let light = led_config.open().unwrap_or_else(|why| {
         log::error!("{why}; running without a status LED");
         Box::new(NoLight)
@@ -109,7 +116,19 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
                 log::info!("signal {signal}: finishing requests in flight, then stopping");
                 notifier.stopping();
                 let shutdown = shutdown.clone();
-                std::thread::spawn(move || shutdown.shutdown());
+                std::thread::spawn(move || {
+                    shutdown.shutdown();
+                    // A request still running past the grace is not waited
+                    // for: the grace ends when it says, within systemd's
+                    // TimeoutStopSec. Its client gets no answer and no charge.
+                    let running = shutdown.requests_in_flight();
+                    if running > 0 {
+                        log::warn!(
+                            "the grace period is over: stopping with {running} requests unanswered"
+                        );
+                        std::process::exit(0);
+                    }
+                });
             } else {
                 // An operator who asks twice does not want to wait.
                 log::warn!("second signal: stopping now");
@@ -118,9 +137,8 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
         }
     });
     app.run();
-    // A measurement still running is stopped (`is_stopping`) with its child.
-    if let Some(measuring) = measuring {
-        let _ = measuring.join();
+    if let Some(photo) = measured_photo {
+        let _ = std::fs::remove_file(photo);
     }
     led.stop();
     log::info!("stopped");
@@ -144,6 +162,9 @@ fn serve_best_rung(state: &AppState, settings: &Settings, report: Option<&Report
     *state.ladder.lock().unwrap_or_else(|p| p.into_inner()) = lines;
     ladder.is_some()
 }
+
+/// The 12 MP photo the server measures its board with, in the data directory.
+const BENCH_PHOTO: &str = "bench-photo.jpg";
 
 /// How long the server must be idle before it measures its board.
 const IDLE_BEFORE_MEASURING: Duration = Duration::from_secs(10);
@@ -178,7 +199,7 @@ fn measure_when_idle(state: &AppState, settings: &Settings) {
     let photo = match &settings.pipeline.bench_photo {
         Some(photo) => photo.clone(),
         None => {
-            let photo = settings.data_dir.join("bench-photo.jpg");
+            let photo = settings.data_dir.join(BENCH_PHOTO);
             if let Err(e) = std::fs::write(&photo, ladder::test_photo()) {
                 progress(format!(
                     "cannot measure this board: writing {}: {e}",

@@ -35,6 +35,22 @@ pub struct Charged<'a> {
     pub month: Month,
     /// The memory its answer holds, reserved until the answer is sent.
     pub held: Held<'a>,
+    pub charge: Charge,
+}
+
+/// One image counted for an account, to be taken back if its answer
+/// could not be written.
+pub struct Charge {
+    account_id: i64,
+    month: Month,
+}
+
+impl Charge {
+    pub fn refund(self, state: &AppState) {
+        if let Err(e) = state.store.refund(self.account_id, self.month) {
+            log::error!("could not take back the charge of an answer not delivered: {e:#}");
+        }
+    }
 }
 
 impl AppState {
@@ -106,10 +122,13 @@ impl<'a> Admission<'a> {
         }
     }
 
-    /// Cuts out `image` and, only once that worked, counts it. A client
-    /// gone before its model runs costs nothing and no work; one that
-    /// leaves while it runs is charged, as remove.bg charges every image
-    /// it processed: the board's time was spent.
+    /// Cuts out `image` and, only once that worked and its client still
+    /// waits, counts it. A client gone before its model runs costs nothing
+    /// and no work; one gone while it runs costs nothing either, as what
+    /// is not delivered is not charged (remove.bg's rule). The answer is
+    /// counted before it is written, so a client that got it is charged
+    /// whatever happens next; `Charge::refund` takes back one whose
+    /// writing failed.
     pub fn cut_out_and_charge(
         mut self,
         caller: &Caller,
@@ -123,6 +142,9 @@ impl<'a> Admission<'a> {
             state
                 .pipeline
                 .cut_out(&mut self.place, image, size, subject, finish, client_gone)?;
+        if client_gone() {
+            return Err(ApiError::ClientGone);
+        }
         // The file, and in a JSON answer its base64 twice over while it is
         // made; the caller shrinks it to what it sends.
         let held = self.place.hand_over(cut.bytes.len() as u64 * 4);
@@ -141,6 +163,10 @@ impl<'a> Admission<'a> {
             used,
             month,
             held,
+            charge: Charge {
+                account_id: caller.account.id,
+                month,
+            },
         })
     }
 }

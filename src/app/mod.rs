@@ -10,7 +10,7 @@ pub mod tries;
 
 /// A cut-out's memory, kept reserved while its answer is sent.
 pub use crate::pipeline::Held;
-pub use admission::{Admission, Charged, Upload};
+pub use admission::{Admission, Charge, Charged, Upload};
 
 use crate::clock::Clock;
 use crate::config::Settings;
@@ -243,6 +243,10 @@ impl AppState {
     }
 
     /// Waits until no request is in flight, or until `deadline`.
+    pub fn requests_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
     pub fn wait_for_requests_in_flight(&self, deadline: Instant) {
         while self.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(20));

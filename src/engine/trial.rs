@@ -1,15 +1,19 @@
 //! ONNX Runtime is a C++ library loaded at run time: an instruction the
 //! board's CPU lacks kills the whole process (its aarch64 builds have died
 //! with "illegal instruction" on Pi 4 cores before), and systemd would
-//! restart it into the same crash for ever. A file in the data directory
-//! counts the starts that began loading the library and then neither cut
-//! out a photo with it nor stopped cleanly. After two such starts the
-//! server runs tract instead, says so once in the log and on the Status
-//! page, and leaves the file for the operator to delete. A new cutout
+//! restart it into the same crash for ever. From the moment the library
+//! loads a model until it cuts out a photo (or the server stops cleanly),
+//! this start is on trial: a fault signal then (an illegal instruction, a
+//! bad address, an abort) counts the start in a file in the data directory
+//! before the process dies of it. After two such starts the server runs
+//! tract instead, says so once in the log and on the Status page, and
+//! leaves the file for the operator to delete. A start ended from outside
+//! (`kill -9`, a power cut) is no crash of the library and counts nothing,
+//! however often an appliance is unplugged while it starts. A new cutout
 //! version starts the count afresh.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// Starts that crashed before they may fall back.
 const CRASHES_BEFORE_FALLBACK: u32 = 2;
@@ -18,15 +22,15 @@ pub const TRIAL_FILE: &str = "onnxruntime-trial";
 
 pub struct OnnxRuntimeTrial {
     path: PathBuf,
-    /// This start has shown the library works (or stopped cleanly).
-    settled: AtomicBool,
+    /// This start is on trial: the crash guard holds the line to write.
+    open: Mutex<bool>,
 }
 
 impl OnnxRuntimeTrial {
     pub fn new(data_dir: &Path) -> OnnxRuntimeTrial {
         OnnxRuntimeTrial {
             path: data_dir.join(TRIAL_FILE),
-            settled: AtomicBool::new(false),
+            open: Mutex::new(false),
         }
     }
 
@@ -35,7 +39,7 @@ impl OnnxRuntimeTrial {
         let crashed = self.crashed_starts();
         (crashed >= CRASHES_BEFORE_FALLBACK).then(|| {
             format!(
-                "ONNX Runtime's library ended the process {crashed} times while loading or \
+                "ONNX Runtime's library crashed the process {crashed} times while loading or \
                  before its first cut-out (an instruction this CPU lacks?): serving with \
                  tract instead. To try onnxruntime again, delete {} and restart.",
                 self.path.display()
@@ -43,21 +47,30 @@ impl OnnxRuntimeTrial {
         })
     }
 
-    /// Called before the library loads a model: one more start on trial,
-    /// until a cut-out settles it again.
+    /// Called before the library loads a model: this start is on trial
+    /// (once, however many models it loads) until a cut-out settles it.
     pub fn begin(&self) {
-        self.settled.store(false, Ordering::Release);
-        let count = self.crashed_starts() + 1;
-        let line = format!("{} {count}\n", env!("CARGO_PKG_VERSION"));
-        if let Err(e) = write_synced(&self.path, line.as_bytes()) {
-            log::warn!("cannot write {}: {e}", self.path.display());
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if *open {
+            return;
+        }
+        let line = format!(
+            "{} {}\n",
+            env!("CARGO_PKG_VERSION"),
+            self.crashed_starts() + 1
+        );
+        match guard::arm(&self.path, line.as_bytes()) {
+            Ok(()) => *open = true,
+            Err(e) => log::warn!("ONNX Runtime's crash guard is off: {e}"),
         }
     }
 
     /// The library cut out a photo, or the server stops cleanly: this start
-    /// did not crash in it.
+    /// did not crash in it, and neither did those before it.
     pub fn settle(&self) {
-        if !self.settled.swap(true, Ordering::AcqRel) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if std::mem::take(&mut *open) {
+            guard::disarm();
             match std::fs::remove_file(&self.path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -77,37 +90,188 @@ impl OnnxRuntimeTrial {
     }
 }
 
-/// On disk before the library is touched: a crash a moment later must not
-/// lose the count.
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut file = std::fs::File::create(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
+/// The fault signals' handlers: while armed, the first fault writes the
+/// trial's line, synced, then hands the signal on to the handler that was
+/// there before (the default one, or Rust's own for a stack overflow), so
+/// the process still dies of it as it would have.
+#[allow(unsafe_code)]
+mod guard {
+    use std::ffi::CString;
+    use std::io;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+    use std::sync::OnceLock;
+
+    const SIGNALS: [libc::c_int; 5] = [
+        libc::SIGILL,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGABRT,
+    ];
+
+    struct Record {
+        path: CString,
+        line: Vec<u8>,
+    }
+
+    /// What the handler writes. Made before it is armed and never freed
+    /// while armed: a handler may neither allocate nor take a lock.
+    static RECORD: AtomicPtr<Record> = AtomicPtr::new(std::ptr::null_mut());
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    /// The handlers that were there before ours, by signal; set once.
+    static PREVIOUS: OnceLock<[libc::sigaction; 5]> = OnceLock::new();
+
+    pub fn arm(path: &Path, line: &[u8]) -> io::Result<()> {
+        let record = Box::new(Record {
+            path: CString::new(path.as_os_str().as_bytes())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+            line: line.to_vec(),
+        });
+        // A record an earlier trial of this process armed is left, not
+        // freed: a handler on another thread may still be reading it.
+        RECORD.store(Box::into_raw(record), Ordering::Release);
+        install()?;
+        ARMED.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn disarm() {
+        ARMED.store(false, Ordering::Release);
+    }
+
+    fn install() -> io::Result<()> {
+        if PREVIOUS.get().is_some() {
+            return Ok(());
+        }
+        // SAFETY: zeroed `sigaction`s are valid values to be filled in.
+        let mut previous: [libc::sigaction; 5] = unsafe { std::mem::zeroed() };
+        for (signal, old) in SIGNALS.iter().zip(previous.iter_mut()) {
+            // SAFETY: `ours` is a valid action whose handler only makes
+            // async-signal-safe calls; `old` receives the one it replaces.
+            let installed = unsafe {
+                let mut ours: libc::sigaction = std::mem::zeroed();
+                ours.sa_sigaction = on_fault as *const () as libc::sighandler_t;
+                ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut ours.sa_mask);
+                libc::sigaction(*signal, &ours, old)
+            };
+            if installed != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let _ = PREVIOUS.set(previous);
+        Ok(())
+    }
+
+    extern "C" fn on_fault(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        if ARMED.swap(false, Ordering::AcqRel) {
+            let record = RECORD.load(Ordering::Acquire);
+            // SAFETY: a non-null RECORD points at a leaked, never freed
+            // `Record`; open, write, fsync and close are async-signal-safe.
+            unsafe {
+                if let Some(record) = record.as_ref() {
+                    let fd = libc::open(
+                        record.path.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+                        0o640,
+                    );
+                    if fd >= 0 {
+                        libc::write(fd, record.line.as_ptr().cast(), record.line.len());
+                        libc::fsync(fd);
+                        libc::close(fd);
+                    }
+                }
+            }
+        }
+        // The handler that was there before takes the signal, raised again
+        // (it is blocked until this handler returns), and any that follows.
+        if let (Some(previous), Some(i)) =
+            (PREVIOUS.get(), SIGNALS.iter().position(|s| *s == signal))
+        {
+            // SAFETY: sigaction and raise are async-signal-safe;
+            // `previous[i]` is the action this signal had before `install`.
+            unsafe {
+                libc::sigaction(signal, &previous[i], std::ptr::null_mut());
+                libc::raise(signal);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Command;
+
+    /// Set in the child this test starts: the directory of its trial.
+    const CHILD_DIR: &str = "CUTOUT_TEST_TRIAL_DIR";
+
+    /// One start in a child process (this test binary, running only the
+    /// test below): begins a trial, then dies as `how` says. The signal it
+    /// died of.
+    fn start_that(dir: &Path, how: &str) -> Option<i32> {
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "engine::trial::tests::child", "--ignored"])
+            .env(CHILD_DIR, dir)
+            .env("CUTOUT_TEST_TRIAL_END", how)
+            .status()
+            .unwrap();
+        status.signal()
+    }
 
     #[test]
-    fn two_starts_that_never_settled_make_the_third_fall_back() {
+    #[ignore = "a start that the test below runs in a child process"]
+    fn child() {
+        let dir = std::env::var_os(CHILD_DIR).expect("run by the test below");
+        let trial = OnnxRuntimeTrial::new(Path::new(&dir));
+        trial.begin();
+        trial.begin(); // a second model, in the same start
+        match std::env::var("CUTOUT_TEST_TRIAL_END").unwrap().as_str() {
+            // What the library does on a CPU without its instructions.
+            "abort" => std::process::abort(),
+            "kill" => {
+                let me = std::process::id().to_string();
+                Command::new("kill").args(["-KILL", &me]).status().unwrap();
+                std::thread::sleep(std::time::Duration::from_secs(10));
+            }
+            "settle" => {
+                trial.settle();
+                std::process::abort()
+            }
+            how => panic!("{how}?"),
+        }
+    }
+
+    #[test]
+    fn two_starts_the_library_crashed_make_the_third_fall_back_and_kills_count_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let start = || OnnxRuntimeTrial::new(dir.path());
-        assert!(start().refusal().is_none());
-        start().begin(); // crashed
-        assert!(start().refusal().is_none());
-        let clean = start();
-        clean.begin();
-        clean.settle(); // cut out a photo: the count is gone
-        assert!(start().refusal().is_none());
-        start().begin();
-        start().begin();
-        let refusal = start().refusal().expect("two crashed starts");
+        let trial = || OnnxRuntimeTrial::new(dir.path());
+        // Unplugged while starting, again and again: no crash of the library.
+        for _ in 0..3 {
+            assert_eq!(start_that(dir.path(), "kill"), Some(libc::SIGKILL));
+        }
+        assert!(trial().refusal().is_none());
+        assert!(!dir.path().join(TRIAL_FILE).exists());
+
+        assert_eq!(start_that(dir.path(), "abort"), Some(libc::SIGABRT));
+        assert!(trial().refusal().is_none(), "one crash is not two");
+        // A cut-out settles the count; a crash after it is not the library's
+        // start and counts nothing.
+        assert_eq!(start_that(dir.path(), "settle"), Some(libc::SIGABRT));
+        assert!(!dir.path().join(TRIAL_FILE).exists());
+
+        for _ in 0..2 {
+            assert_eq!(start_that(dir.path(), "abort"), Some(libc::SIGABRT));
+        }
+        assert_eq!(start_that(dir.path(), "kill"), Some(libc::SIGKILL));
+        let refusal = trial().refusal().expect("two crashed starts");
         assert!(refusal.contains("2 times"), "{refusal}");
         assert!(refusal.contains(TRIAL_FILE), "{refusal}");
         // Another version of cutout tries again.
         std::fs::write(dir.path().join(TRIAL_FILE), "0.0.0-old 5\n").unwrap();
-        assert!(start().refusal().is_none());
+        assert!(trial().refusal().is_none());
     }
 }

@@ -7,7 +7,7 @@ use super::form::{read_form, Form, MAX_BODY_BYTES};
 pub use super::options::parse_finish;
 use super::respond::{self, header, Body, Routes};
 use super::session::header_value;
-use crate::app::{Admission, AppState, Held, Upload};
+use crate::app::{Admission, AppState, Charge, Held, Upload};
 use crate::domain::{ApiKey, Channels, Month, SizeMode, SubjectType, REMOVE_BG_TYPES};
 use crate::error::ApiError;
 use crate::imaging::Foreground;
@@ -20,12 +20,15 @@ pub struct Outcome<'s> {
     pub account: Option<String>,
     /// A cut-out's memory, reserved until its answer is sent.
     pub held: Option<Held<'s>>,
+    /// A cut-out's charge, taken back if its answer cannot be written.
+    pub charge: Option<Charge>,
 }
 
 pub fn remove_bg<'s>(state: &'s AppState, request: &mut Request, routes: Routes) -> Outcome<'s> {
     let mut account = None;
     let mut held = None;
-    let response = match handle(state, request, &mut account, &mut held) {
+    let mut charge = None;
+    let response = match handle(state, request, &mut account, &mut held, &mut charge) {
         Ok(response) => response,
         Err(e) => {
             match &e {
@@ -42,6 +45,7 @@ pub fn remove_bg<'s>(state: &'s AppState, request: &mut Request, routes: Routes)
         response,
         account,
         held,
+        charge,
     }
 }
 
@@ -50,6 +54,7 @@ fn handle<'s>(
     request: &mut Request,
     account_name: &mut Option<String>,
     held: &mut Option<Held<'s>>,
+    charge: &mut Option<Charge>,
 ) -> Result<Body, ApiError> {
     if state.is_stopping() {
         return Err(ApiError::Unavailable("shutting down".into()));
@@ -104,6 +109,7 @@ fn handle<'s>(
     let mut answer = done.held;
     answer.shrink_to(body.0.len() as u64);
     *held = Some(answer);
+    *charge = Some(done.charge);
     // Content-Length rather than chunked: clients saving a file like to know its size.
     let mut response = tiny_http::Response::from_data(body.0)
         .with_chunked_threshold(usize::MAX)
@@ -146,6 +152,7 @@ pub fn remove_bg_unknown(state: &AppState, request: &Request) -> Outcome<'static
         response: respond::error_on(&e, Routes::RemoveBg),
         account,
         held: None,
+        charge: None,
     }
 }
 
@@ -172,6 +179,7 @@ pub fn account(state: &AppState, request: &Request) -> Outcome<'static> {
         response,
         account,
         held: None,
+        charge: None,
     }
 }
 

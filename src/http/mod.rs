@@ -191,6 +191,11 @@ impl ShutdownHandle {
             self.server.unblock();
         }
     }
+
+    /// Requests still being served (past the grace, once `shutdown` returns).
+    pub fn requests_in_flight(&self) -> usize {
+        self.state.requests_in_flight()
+    }
 }
 
 fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut request: Request) {
@@ -206,6 +211,7 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
         response: respond::error(&ApiError::Internal(anyhow!("handler panicked"))),
         account: None,
         held: None,
+        charge: None,
     });
     let mut response = outcome.response;
     for (name, value) in SECURITY_HEADERS {
@@ -230,6 +236,12 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
     let client = request.remote_addr().map(|a| a.ip());
     if let Err(e) = request.respond(response) {
         log::debug!("writing the response failed: {e}");
+        if let Some(charge) = outcome.charge {
+            log::info!(
+                "{method} {path}: the client left before its answer was written: not charged"
+            );
+            charge.refund(state);
+        }
     }
     drop(outcome.held);
     drop(in_flight);
@@ -322,6 +334,7 @@ fn route<'s>(
         response,
         account: None,
         held: None,
+        charge: None,
     };
     let get = matches!(method, Method::Get | Method::Head);
     match (path, method) {

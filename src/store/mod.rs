@@ -183,6 +183,9 @@ pub trait Store: Send + Sync {
     /// time) and frees the slot, in one transaction; returns the month's
     /// new count.
     fn charge(&self, slot: Slot, caller: &Caller, month: Month, now: i64) -> Result<u32>;
+    /// Takes back one image `charge` counted in `month`: its answer was
+    /// never delivered.
+    fn refund(&self, account_id: i64, month: Month) -> Result<()>;
     /// Requests of `account_id` in flight, on every appliance.
     fn in_flight(&self, account_id: i64) -> Result<u32>;
 

@@ -26,6 +26,10 @@ fn served(addr: SocketAddr, request: &[u8]) -> Option<bool> {
 fn reply_is_a_png(stream: &mut TcpStream) -> bool {
     let mut response = vec![];
     let _ = stream.read_to_end(&mut response);
+    reply_bytes_are_a_png(&response)
+}
+
+fn reply_bytes_are_a_png(response: &[u8]) -> bool {
     let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") else {
         return false;
     };
@@ -130,4 +134,83 @@ fn kill_9_in_the_middle_of_200_requests_loses_and_doubles_no_charge() {
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
     assert_eq!(check, "ok");
+}
+
+/// A booth that stops waiting (its own timeout) and closes the connection
+/// before its answer comes is not charged, on either engine; one that got
+/// its answer is. Each client waits less and less, so that some give up
+/// while the photo is decoded, some while the model runs, some while the
+/// PNG is made.
+#[test]
+fn a_client_that_gives_up_before_its_answer_is_not_charged_on_either_engine() {
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(3000, 2000));
+    for engine in ["tract", "onnxruntime"] {
+        let data = tempfile::tempdir().unwrap();
+        let key = cli_account(data.path(), "booth", "pro");
+        let server = Server::start(data.path(), "info", &["--engine", engine]);
+        let request = [
+            format!(
+                "POST /api/remove-bg HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Api-Key: {key}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
+                form.content_type(),
+                form.body().len()
+            )
+            .into_bytes(),
+            form.body(),
+        ]
+        .concat();
+        let (mut whole, mut some_bytes, mut none) = (0, 0, 0);
+        for (n, patience_ms) in [20_000, 1_000, 500, 250, 100].into_iter().enumerate() {
+            let mut stream = TcpStream::connect(server.addr).unwrap();
+            stream.write_all(&request).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_millis(patience_ms)))
+                .unwrap();
+            let mut first = [0u8; 1];
+            match stream.read(&mut first) {
+                Ok(1) if reply_is_a_png_after(&first, &mut stream) => whole += 1,
+                Ok(1) => some_bytes += 1,
+                _ => none += 1,
+            }
+            drop(stream);
+            // One at a time: the server is done with this one before the next.
+            wait_until("the server is done with it", || {
+                remove_bg_requests(server.addr) == n + 1
+            });
+        }
+        assert!(whole >= 1, "{engine}: the patient client got its cut-out");
+        assert!(
+            none >= 2,
+            "{engine}: only {none} clients gave up before any answer"
+        );
+        let store = cutout::store::SqliteStore::open(data.path()).unwrap();
+        let month = cutout::domain::Month::of_unix(cutout::clock::Clock::default().now_unix());
+        let used = store
+            .usage(store.account("booth").unwrap().id, month)
+            .unwrap() as usize;
+        assert!(
+            (whole..=whole + some_bytes).contains(&used),
+            "{engine}: {used} charged for {whole} answers received whole, {some_bytes} in part, {none} not at all"
+        );
+    }
+}
+
+/// `reply_is_a_png` for a reply whose first byte was read already.
+fn reply_is_a_png_after(first: &[u8], stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut rest = vec![];
+    let _ = stream.read_to_end(&mut rest);
+    reply_bytes_are_a_png(&[first, &rest].concat())
+}
+
+/// The server's count of remove-bg requests answered, every status.
+fn remove_bg_requests(addr: SocketAddr) -> usize {
+    let metrics = request(addr, "GET", "/metrics", &[], b"").text();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("cutout_http_requests_total{route=\"remove_bg\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<usize>().ok())
+        .sum()
 }

@@ -34,7 +34,10 @@ fn a_server_measures_its_board_once_idle_then_serves_the_rung_that_fits() {
     let server = start_measuring(&data, Some(&photo));
     // Nothing is known of this CPU: its one rung, unmeasured.
     let log = server.log_once_it_says("type=auto serves alone (u2netp alone");
-    assert!(log.contains("its time here not known yet"), "{log}");
+    assert!(
+        log.contains("its time here not known yet; the budget is 4 s, and the choice waits for this board's own measurement"),
+        "{log}"
+    );
     let log = server.log_once_it_says("measured on this board");
     let measuring = log.find("measuring this board in the background").unwrap();
     assert!(log[measuring..].contains(&photo.display().to_string()));
@@ -63,6 +66,21 @@ fn a_server_measures_its_board_once_idle_then_serves_the_rung_that_fits() {
     assert!(!server
         .log_once_it_says("type=auto serves")
         .contains("measuring this board"));
+
+    // A budget its one rung is measured to miss: the log (and the Status
+    // page, which shows the same lines) says nothing fits, and what serves.
+    drop(server);
+    let budget = [
+        ("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "true".to_owned()),
+        ("CUTOUT_PIPELINE_BUDGET_SECONDS", "0.001".to_owned()),
+    ];
+    let server = Server::start_with(&data, &models_dir(), "info", &[], &budget);
+    let log = server.log_once_it_says("no rung fits the budget of 0.001 s, so the fastest serves");
+    assert!(
+        log.contains("type=auto serves alone instead (u2netp alone")
+            && log.contains("s a photo, measured on this board; no rung fits"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -212,6 +230,29 @@ fn cutout_ladder_shows_each_rung_and_which_serves_on_a_named_board() {
         (Some("u2netp"), Some("tract"))
     );
     assert_eq!(pi3["rungs"].as_array().unwrap().len(), 1);
+    // Its one rung misses the budget: the ladder says so, and its seconds.
+    assert_eq!(pi3["fit"], "none_fits");
+    let pi3_seconds = pi3["serves_seconds"].as_f64().unwrap();
+    assert!(pi3_seconds > 4.0, "{pi3}");
+    let (_, table, _) = ladder(&["--board", "Raspberry Pi 3"], &[]);
+    assert!(
+        table.contains(&format!(
+            "Nothing fits within 4 s: type=auto serves the fastest, alone, at {pi3_seconds:.1} s instead."
+        )),
+        "{table}"
+    );
+    assert!(!table.contains("within 4 s ("), "{table}");
+    // This CPU: nothing published, nothing measured.
+    let here = json(&[], &[]);
+    assert_eq!(
+        (here["fit"].as_str(), here["serves_seconds"].as_f64()),
+        (Some("unknown"), None)
+    );
+    let (_, table, _) = ladder(&[], &[]);
+    assert!(
+        table.contains("until this board's own measurement (cutout bench, or the server when idle) chooses within 4 s"),
+        "{table}"
+    );
     // The table says the same.
     let (code, table, _) = ladder(&["--board", "Raspberry Pi 4"], &isnet);
     assert_eq!(code, Some(0));

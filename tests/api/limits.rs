@@ -214,7 +214,7 @@ fn post_unread(app: &TestApp, key: &str) -> std::net::TcpStream {
 }
 
 #[test]
-fn a_client_gone_before_its_model_runs_costs_nothing_and_one_gone_during_it_is_charged() {
+fn a_client_gone_before_its_answer_is_written_is_not_charged() {
     let (app, gate) = gated_app(|s| s.inference_workers = 1);
     let key = app.account("acme", "business");
     // One request holds the model; the next waits its turn, then hangs up.
@@ -240,7 +240,8 @@ fn a_client_gone_before_its_model_runs_costs_nothing_and_one_gone_during_it_is_c
         "{metrics}"
     );
 
-    // Gone while its model runs: the work was done, and it is charged.
+    // Gone while its model runs: nothing was delivered, so nothing is
+    // charged (remove.bg's rule), though the work was done.
     let (app, gate) = gated_app(|s| s.inference_workers = 1);
     let key = app.account("acme", "business");
     let stream = post_unread(&app, &key);
@@ -251,5 +252,10 @@ fn a_client_gone_before_its_model_runs_costs_nothing_and_one_gone_during_it_is_c
     std::thread::sleep(Duration::from_millis(100));
     gate.open();
     wait_until("it is done", || app.in_flight("acme") == 0);
-    assert_eq!(app.used("acme"), 1);
+    assert_eq!(app.used("acme"), 0);
+    let metrics = app.request("GET", "/metrics", &[], b"").text();
+    assert!(
+        metrics.contains("cutout_http_requests_total{route=\"remove_bg\",status=\"499\"} 1"),
+        "{metrics}"
+    );
 }

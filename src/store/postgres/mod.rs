@@ -537,6 +537,14 @@ impl Store for PostgresStore {
             .map_or(0, |r| r.get::<_, i32>(0) as u32))
     }
 
+    fn refund(&self, account_id: i64, month: Month) -> Result<()> {
+        self.client()?.execute(
+            "UPDATE usage SET count = count - 1 WHERE account_id = $1 AND month = $2 AND count > 0",
+            &[&account_id, &month.to_string()],
+        )?;
+        Ok(())
+    }
+
     fn set_usage(&self, account: &str, month: Month, count: u32) -> Result<()> {
         let account = self.account(account)?;
         self.client()?.execute(

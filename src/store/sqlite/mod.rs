@@ -421,6 +421,14 @@ impl Store for SqliteStore {
         permit.charge(|| self.record_charge(caller, month, now))
     }
 
+    fn refund(&self, account_id: i64, month: Month) -> Result<()> {
+        self.conn().execute(
+            "UPDATE usage SET count = count - 1 WHERE account_id = ?1 AND month = ?2 AND count > 0",
+            params![account_id, month.to_string()],
+        )?;
+        Ok(())
+    }
+
     fn set_usage(&self, account: &str, month: Month, count: u32) -> Result<()> {
         let account = self.account(account)?;
         self.conn().execute(

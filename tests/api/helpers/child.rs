@@ -33,6 +33,40 @@ impl Server {
         Server::spawn(command, data, models, rust_log, extra, env)
     }
 
+    /// `start` under the packaged unit's system call filter, as systemd
+    /// applies it (tests/unit_filter.py), with more environment.
+    pub fn start_under_unit_filter(
+        data: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Server {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut command = std::process::Command::new("python3");
+        command
+            .arg(root.join("tests/unit_filter.py"))
+            .arg(root.join("systemd/cutout.service"))
+            .arg(env!("CARGO_BIN_EXE_cutout"));
+        Server::spawn(command, data, &models_dir(), "info", extra, env)
+    }
+
+    /// Sends SIGTERM, as `systemctl stop` does; how long until it exited,
+    /// whether it exited with success, and its log.
+    pub fn stop(mut self) -> (Duration, bool, String) {
+        let asked = std::time::Instant::now();
+        let pid = self.child.id().to_string();
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        let status = self.child.wait().unwrap();
+        let took = asked.elapsed();
+        (
+            took,
+            status.success(),
+            std::fs::read_to_string(&self.log).unwrap(),
+        )
+    }
+
     /// `start` under a limit of `files` open files, as a unit's
     /// `LimitNOFILE` sets it.
     pub fn start_with_open_files(data: &std::path::Path, rust_log: &str, files: u32) -> Server {
