@@ -325,7 +325,7 @@ pub fn run(cli: Cli) -> Result<()> {
             parent,
         } => {
             if let Some(parent) = parent {
-                ladder::end_with(parent)?;
+                ladder::end_with(parent);
             }
             let rung = match rung {
                 Some(name) => Some(
