@@ -75,6 +75,11 @@ enum Command {
     /// The HTTPS certificate.
     #[command(subcommand)]
     Tls(TlsCommand),
+    /// The backdrops a booth's request may name (`backdrop`): a background
+    /// and an optional overlay each, kept in the data directory. The
+    /// dashboard's Backdrops page does the same.
+    #[command(subcommand)]
+    Backdrop(BackdropCommand),
     /// Cut out images offline, without a key: `remove IN OUT.png`, or
     /// `remove IN... DIR` (each to DIR/<name>.png, the model loaded once).
     Remove {
@@ -200,6 +205,23 @@ enum TlsCommand {
     /// Print the SHA-256 fingerprint of the certificate HTTPS serves, for
     /// a booth to pin.
     Fingerprint,
+}
+
+#[derive(Subcommand)]
+enum BackdropCommand {
+    /// Add a backdrop named NAME: a background image (JPG, PNG or WEBP) and
+    /// an optional overlay (a PNG with transparency), at most 10 MB and 25
+    /// megapixels each.
+    Add {
+        name: String,
+        background: PathBuf,
+        #[arg(long)]
+        overlay: Option<PathBuf>,
+    },
+    /// Each backdrop's id, size and name.
+    List,
+    /// Delete the backdrop with this id (as `list` prints it).
+    Remove { id: String },
 }
 
 #[derive(Subcommand)]
@@ -469,6 +491,10 @@ pub fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::Backdrop(command) => backdrop(
+            &crate::backdrops::Backdrops::in_data_dir(&data_dir),
+            command,
+        ),
         Command::Tls(TlsCommand::Fingerprint) => {
             let certificate = crate::tls::existing(settings.tls.as_ref(), &settings.data_dir)?;
             println!("{}", certificate.fingerprint);
@@ -709,6 +735,36 @@ fn remove(
             took.as_secs_f64(),
             steps.join(", ")
         );
+    }
+    Ok(())
+}
+
+fn backdrop(backdrops: &crate::backdrops::Backdrops, command: BackdropCommand) -> Result<()> {
+    let read =
+        |path: &Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    match command {
+        BackdropCommand::Add {
+            name,
+            background,
+            overlay,
+        } => {
+            let overlay = overlay.as_deref().map(read).transpose()?;
+            let added = backdrops.add(&name, &read(&background)?, overlay.as_deref())?;
+            println!(
+                "added {}: {:?}, {}x{}",
+                added.id, added.name, added.width, added.height
+            );
+        }
+        BackdropCommand::List => {
+            for b in backdrops.list()? {
+                let overlay = if b.overlay { ", with an overlay" } else { "" };
+                println!("{}\t{}x{}{overlay}\t{}", b.id, b.width, b.height, b.name);
+            }
+        }
+        BackdropCommand::Remove { id } => {
+            let removed = backdrops.remove(&id)?;
+            println!("deleted {}: {:?}", removed.id, removed.name);
+        }
     }
     Ok(())
 }

@@ -96,10 +96,11 @@ pub enum OptionField {
     ShadowType,
     ShadowOpacity,
     Semitransparency,
+    Backdrop,
 }
 
 impl OptionField {
-    pub const ALL: [OptionField; 13] = [
+    pub const ALL: [OptionField; 14] = [
         OptionField::Format,
         OptionField::BgColor,
         OptionField::BgImageFile,
@@ -113,6 +114,7 @@ impl OptionField {
         OptionField::ShadowType,
         OptionField::ShadowOpacity,
         OptionField::Semitransparency,
+        OptionField::Backdrop,
     ];
 
     /// The form field's name.
@@ -139,6 +141,7 @@ impl OptionField {
             OptionField::ShadowType => ("shadow_type", "With add_shadow=true: 3D or car (the default), the silhouette laid flat where the subject meets the ground; drop, the silhouette behind it, down and to the right. Without add_shadow it changes nothing, as at remove.bg."),
             OptionField::ShadowOpacity => ("shadow_opacity", "With add_shadow=true, 0 to 100 (default 50): how dark the shadow is at its darkest."),
             OptionField::Semitransparency => ("semitransparency", "true (the default) or false: for the car kinds of type, whatever the car encloses (its windows) is made opaque, as remove.bg does; for any other type false changes nothing, as at remove.bg."),
+            OptionField::Backdrop => ("backdrop", "The name of one of the appliance's backdrops (GET /api/backdrops lists them; the operator keeps them on the dashboard's Backdrops page): the subject on its background, under its overlay, both scaled to cover the result and cut to it, centred. Not with bg_color, bg_image_file or bg_image_url, nor with channels=alpha."),
             OptionField::Position => ("position", "original (the default), center, or one or two percentages (horizontal, vertical): where the subject goes in the room the result leaves beside it, 0% left or top, 100% right or bottom."),
         }
     }

@@ -112,6 +112,7 @@ fn option_error(field: OptionField) -> (&'static str, &'static str) {
         OptionField::ShadowType => ("invalid_shadow_type", "Invalid shadow_type"),
         OptionField::ShadowOpacity => ("invalid_shadow_opacity", "Invalid shadow_opacity"),
         OptionField::Semitransparency => ("invalid_semitransparency", "Invalid semitransparency"),
+        OptionField::Backdrop => ("invalid_backdrop", "Invalid backdrop"),
     }
 }
 

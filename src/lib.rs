@@ -10,6 +10,7 @@
 #[allow(unsafe_code)]
 pub mod allocator;
 pub mod app;
+pub mod backdrops;
 pub mod bench;
 pub mod board;
 pub mod button;

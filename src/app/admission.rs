@@ -9,7 +9,7 @@
 //! and its place in the queue, and costs nothing.
 
 use super::AppState;
-use crate::domain::{Month, SizeMode, SubjectType};
+use crate::domain::{Month, OptionField, SizeMode, SubjectType};
 use crate::error::{ApiError, MAX_IMAGE_BYTES};
 use crate::imaging::Finish;
 use crate::pipeline::{CutOut, Held, Place};
@@ -120,6 +120,26 @@ impl<'a> Admission<'a> {
                 why: crate::fetch::FetchError::NotAnImage,
             }),
         }
+    }
+
+    /// The files of the backdrop named `name`, held as uploads are: its
+    /// images are decoded as a background's (`memory::need`).
+    pub fn backdrop(&mut self, name: &str) -> Result<crate::backdrops::Files, ApiError> {
+        use crate::backdrops::BackdropError;
+        let backdrops = self.state.backdrops();
+        let refused = |e: BackdropError| match e {
+            BackdropError::Io(e) => {
+                ApiError::Internal(anyhow::Error::new(e).context("reading a backdrop"))
+            }
+            other => ApiError::InvalidOption {
+                field: OptionField::Backdrop,
+                why: format!("{other}; GET /api/backdrops lists them"),
+            },
+        };
+        let backdrop = backdrops.find(name).map_err(refused)?;
+        self.place.hold_more(backdrop.bytes);
+        let files = backdrops.files(&backdrop).map_err(refused)?;
+        Ok(files)
     }
 
     /// Cuts out `image` and, only once that worked and its client still

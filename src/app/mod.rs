@@ -368,6 +368,10 @@ impl AppState {
         }
     }
 
+    pub fn backdrops(&self) -> crate::backdrops::Backdrops {
+        crate::backdrops::Backdrops::in_data_dir(&self.data_dir)
+    }
+
     /// Whether the model is loaded and the database takes writes: the
     /// configured model's name, and each one's error if not.
     pub fn readiness(&self) -> Health {

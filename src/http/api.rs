@@ -81,6 +81,11 @@ fn handle<'s>(
         let file = admission.fetch("bg_image_url", &url)?;
         finish.background = Some(crate::imaging::Background::Image(file));
     }
+    if let Some(name) = form.backdrop.take() {
+        let files = admission.backdrop(&name)?;
+        finish.background = Some(crate::imaging::Background::Image(files.background));
+        finish.overlay = files.overlay;
+    }
     let wants_json = wants_json(request);
     let done = admission.cut_out_and_charge(&caller, &image, (size, subject), &finish, &|| {
         request.client_gone()
@@ -177,6 +182,24 @@ pub fn account(state: &AppState, request: &Request) -> Outcome<'static> {
         .unwrap_or_else(|e| respond::error_on(&e, Routes::RemoveBg));
     Outcome {
         response,
+        account,
+        held: None,
+        charge: None,
+    }
+}
+
+/// `GET /api/backdrops`: the backdrops a request may name, for any valid key.
+pub fn backdrops(state: &AppState, request: &Request) -> Outcome<'static> {
+    let mut account = None;
+    let listed = authenticate(state, request).and_then(|caller| {
+        account = Some(caller.account.name);
+        let all = state.backdrops().list().map_err(|e| {
+            ApiError::Internal(anyhow::Error::new(e).context("listing the backdrops"))
+        })?;
+        Ok(respond::json(200, &serde_json::json!({ "data": all })))
+    });
+    Outcome {
+        response: listed.unwrap_or_else(|e| respond::error(&e)),
         account,
         held: None,
         charge: None,

@@ -54,6 +54,8 @@ pub struct Form {
     pub add_shadow: Option<String>,
     pub shadow_type: Option<String>,
     pub shadow_opacity: Option<String>,
+    /// The name of one of the appliance's backdrops (`backdrops`).
+    pub backdrop: Option<String>,
     /// The dashboard's Try it form carries its CSRF token here.
     pub csrf: Option<String>,
     /// The first file part under another name than image_file (`file`,
@@ -99,6 +101,7 @@ impl Form {
             "add_shadow" => &mut self.add_shadow,
             "shadow_type" => &mut self.shadow_type,
             "shadow_opacity" => &mut self.shadow_opacity,
+            "backdrop" => &mut self.backdrop,
             "image_file_b64" => &mut self.image_file_b64,
             _ => return None,
         })

@@ -268,6 +268,9 @@ const REMOVE_BG_COMPATIBLE: &str = "/v1.0/removebg";
 const REMOVE_BG_ACCOUNT: &str = "/v1.0/account";
 const REMOVE_BG_PREFIX: &str = "/v1.0/";
 
+/// The backdrops a request may name, for a booth's key.
+const BACKDROPS: &str = "/api/backdrops";
+
 /// A booth polls its pairing request at this path and its secret id; the
 /// log leaves the id out.
 const PAIR_POLL: &str = "/api/pair/";
@@ -290,6 +293,7 @@ fn route_label(path: &str) -> &'static str {
     match path {
         "/api/remove-bg" | REMOVE_BG_COMPATIBLE => "remove_bg",
         REMOVE_BG_ACCOUNT => "account",
+        BACKDROPS => "backdrops",
         "/try" => "try",
         "/healthz" | "/readyz" => "health",
         "/metrics" => "metrics",
@@ -341,6 +345,7 @@ fn route<'s>(
         ("/api/remove-bg", Method::Post) => api::remove_bg(state, request, Routes::Contract),
         (REMOVE_BG_COMPATIBLE, Method::Post) => api::remove_bg(state, request, Routes::RemoveBg),
         (REMOVE_BG_ACCOUNT, _) if get => api::account(state, request),
+        (BACKDROPS, _) if get => api::backdrops(state, request),
         ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
         ("/readyz", _) if get => plain(readiness(state)),
         ("/api/openapi.json", _) if get => plain(dashboard::openapi_json()),
@@ -361,11 +366,13 @@ fn route<'s>(
                 allow: "POST",
             }))
         }
-        ("/healthz" | "/readyz" | "/api/openapi.json" | "/metrics" | REMOVE_BG_ACCOUNT, _) => {
-            plain(respond::error(&ApiError::MethodNotAllowed {
-                allow: "GET, HEAD",
-            }))
-        }
+        (
+            "/healthz" | "/readyz" | "/api/openapi.json" | "/metrics" | REMOVE_BG_ACCOUNT
+            | BACKDROPS,
+            _,
+        ) => plain(respond::error(&ApiError::MethodNotAllowed {
+            allow: "GET, HEAD",
+        })),
         _ if path.starts_with("/api/") => plain(respond::error(&ApiError::NotFound)),
         _ if path.starts_with(REMOVE_BG_PREFIX) => api::remove_bg_unknown(state, request),
         _ => plain(gate::check(state, method, request).unwrap_or_else(|| {

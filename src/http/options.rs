@@ -42,6 +42,26 @@ pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiEr
         (None, Some(file), None) => Some(Background::Image(file)),
         (None, None, _) => None,
     };
+    if form.backdrop.is_some() {
+        let brought = match (&background, url) {
+            (Some(Background::Colour(_)), _) => Some("bg_color"),
+            (Some(Background::Image(_)), _) => Some("bg_image_file"),
+            (None, Some(_)) => Some("bg_image_url"),
+            (None, None) => None,
+        };
+        if let Some(field) = brought {
+            return Err(invalid(
+                OptionField::Backdrop,
+                format!("a backdrop brings its own background: send it without {field}"),
+            ));
+        }
+        if channels == Channels::Alpha {
+            return Err(invalid(
+                OptionField::Backdrop,
+                "channels=alpha asks for the matte alone, which has no colours",
+            ));
+        }
+    }
     if channels == Channels::Alpha {
         let field = match (&background, format) {
             (Some(Background::Colour(_)), _) => Some(OptionField::BgColor),
@@ -73,6 +93,7 @@ pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiEr
         crop,
         placement,
         background,
+        overlay: None, // a backdrop's, read by `http::api` once every option is known good
         shadow,
         fill_enclosed,
     })

@@ -22,6 +22,9 @@ pub struct Finish {
     pub crop: Option<Margins>,
     pub placement: Option<Placement>,
     pub background: Option<Background>,
+    /// An image file put over the result (a backdrop's frame: a PNG
+    /// with transparency), scaled to cover it as a background is.
+    pub overlay: Option<Vec<u8>>,
     pub shadow: Option<Shadow>,
     /// remove.bg's `semitransparency=false` for a car: what the subject
     /// encloses (a car's windows) is made opaque.
@@ -173,6 +176,8 @@ pub enum FinishError {
     TooLarge { format: &'static str, most: u32 },
     /// The background image cannot be decoded.
     Background(DecodeError),
+    /// The overlay cannot be decoded.
+    Overlay(DecodeError),
 }
 
 /// JPEG at quality 90 with chroma halved both ways (4:2:0): on a 12 MP
@@ -220,6 +225,19 @@ pub fn finish(
                     put_on(&mut cut, |x, y| behind.get_pixel(x, y).0);
                 }
                 None => {}
+            }
+            if let Some(file) = &finish.overlay {
+                let image =
+                    decode_at_most(file, MAX_PIXELS_OUTPUT).map_err(FinishError::Overlay)?;
+                let front = covering(image, (width, height));
+                cut.par_chunks_mut(width as usize * 4)
+                    .zip(front.par_chunks(width as usize * 4))
+                    .for_each(|(row, front)| {
+                        for (px, f) in row.chunks_exact_mut(4).zip(front.chunks_exact(4)) {
+                            let mixed = over(f.try_into().unwrap(), px.try_into().unwrap());
+                            px.copy_from_slice(&mixed);
+                        }
+                    });
             }
             encode(cut, finish.format)?
         }

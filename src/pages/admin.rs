@@ -4,6 +4,7 @@
 use super::{
     csrf_field, field_error, key_table, page, plan_title, usage_summary, AccountView, Nav,
 };
+use crate::backdrops::{Backdrop, MAX_BACKDROPS, MAX_NAME_CHARS};
 use crate::domain::{utc_date, utc_datetime, Month};
 use crate::pairing::PendingView;
 use crate::store::{Account, Plan};
@@ -27,9 +28,20 @@ pub fn admin_accounts(
     form: &NewAccount,
     flash: Option<&str>,
 ) -> Markup {
+    let near_their_limit: Vec<&str> = accounts
+        .iter()
+        .filter(|(account, used)| nearly_spent(account, *used))
+        .map(|(account, _)| account.name.as_str())
+        .collect();
     let body = html! {
         section {
             h2 { "Usage in " (month) }
+            @if !near_their_limit.is_empty() {
+                p.bad role="alert" #quota-warning {
+                    "Nearly or all used this month: " (near_their_limit.join(", "))
+                    ". Their booths keep their photos' backgrounds once the month's images are spent: raise the plan, or correct the count (cutout usage set)."
+                }
+            }
             @if accounts.is_empty() {
                 p.empty { "No accounts yet. Create the first one below; then give its user the name and password so they can sign in and make API keys." }
             } @else {
@@ -46,6 +58,8 @@ pub fn admin_accounts(
                                     td.num { (account.plan.concurrency) }
                                     td {
                                         @if account.suspended { span.bad { "suspended" } }
+                                        @else if account.plan.monthly_limit.is_some_and(|limit| *used >= limit) { span.bad { "month used up" } }
+                                        @else if nearly_spent(account, *used) { span.bad { "month nearly used" } }
                                         @else if !account.has_login { "no sign-in yet" }
                                         @else { "active" }
                                     }
@@ -130,6 +144,75 @@ pub fn admin_booths(
         }
     };
     page("Booths", &Nav::Admin { csrf }, flash, body)
+}
+
+/// Whether a tenth or less of the account's month is left (a booth
+/// says the same on its screen).
+fn nearly_spent(account: &Account, used: u32) -> bool {
+    account
+        .plan
+        .monthly_limit
+        .is_some_and(|limit| u64::from(used) * 10 >= u64::from(limit) * 9)
+}
+
+/// The backdrops every booth may name, each with its preview and a
+/// delete button, and the form that adds one.
+pub fn admin_backdrops(
+    csrf: &str,
+    backdrops: &[Backdrop],
+    flash: Option<&str>,
+    error: Option<&str>,
+) -> Markup {
+    let body = html! {
+        section {
+            h2 { "Backdrops" }
+            p {
+                "A backdrop is a background, and optionally an overlay (a PNG with transparency: a frame, a logo, a text), that a booth puts behind its guests. Every booth sees the same ones: the pibooth plugin offers them as themes the guest picks on the wait screen. The appliance puts the cut-out on the background and the overlay over it at the photo's full size, both scaled to cover it and cut to it, centred."
+            }
+            @if backdrops.is_empty() {
+                p.empty { "No backdrop yet: add one below." }
+            } @else {
+                div.scroll {
+                    table {
+                        thead { tr { th { "Preview" } th { "Name" } th { "Size" } th { "Overlay" } th {} } }
+                        tbody {
+                            @for b in backdrops {
+                                tr data-backdrop=(b.id) {
+                                    td { img src={ "/admin/backdrops/" (b.id) "/preview" } alt={ "Preview of " (b.name) } width="160"; }
+                                    td { (b.name) }
+                                    td { (b.width) "×" (b.height) }
+                                    td { @if b.overlay { "yes" } @else { "no" } }
+                                    td {
+                                        form.inline method="post" action={ "/admin/backdrops/" (b.id) "/delete" } {
+                                            (csrf_field(csrf))
+                                            button.secondary type="submit" { "Delete" }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "Add a backdrop" }
+            form.card #backdrop-form method="post" action="/admin/backdrops" enctype="multipart/form-data" {
+                (csrf_field(csrf))
+                label for="backdrop" { "Name" }
+                input #backdrop type="text" name="backdrop" maxlength=(MAX_NAME_CHARS) required
+                    aria-describedby="backdrop-error" autocomplete="off";
+                label for="image_file" { "Background: a JPG, PNG or WEBP, at most 25 megapixels" }
+                input #image_file type="file" name="image_file" accept="image/jpeg,image/png,image/webp" required;
+                label for="bg_image_file" { "Overlay (optional): a PNG with transparency" }
+                input #bg_image_file type="file" name="bg_image_file" accept="image/png";
+                p { "The two files together at most 13 MB; at most " (MAX_BACKDROPS) " backdrops." }
+                (field_error("backdrop-error", error))
+                button type="submit" { "Add" }
+            }
+        }
+    };
+    page("Backdrops", &Nav::Admin { csrf }, flash, body)
 }
 
 fn plan_select(plans: &[Plan], selected: &str) -> Markup {

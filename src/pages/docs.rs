@@ -65,6 +65,7 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 400, code: "invalid_shadow_type", title: "Invalid shadow_type", when: "shadow_type is not car, 3D or drop." },
     Documented { status: 400, code: "invalid_shadow_opacity", title: "Invalid shadow_opacity", when: "shadow_opacity is not a whole number from 0 to 100." },
     Documented { status: 400, code: "invalid_semitransparency", title: "Invalid semitransparency", when: "semitransparency is not true or false." },
+    Documented { status: 400, code: "invalid_backdrop", title: "Invalid backdrop", when: "backdrop names none of the appliance's backdrops, or comes with bg_color, bg_image_file or bg_image_url, or with channels=alpha." },
     Documented { status: 400, code: "invalid_bg_image_url", title: "Invalid bg_image_url", when: "bg_image_url comes with bg_color or bg_image_file, or with channels=alpha." },
     Documented { status: 400, code: "url_fetch_off", title: "URL fetching off", when: "image_url or bg_image_url, and the operator lists no network in [fetch] allow." },
     Documented { status: 400, code: "url_not_allowed", title: "URL not allowed", when: "image_url or bg_image_url names a host (or redirects to one) that does not resolve, or whose address is not in [fetch] allow; loopback, link-local and multicast addresses only where a network of their own kind is listed. The detail is the same for every refusal; the log says which." },

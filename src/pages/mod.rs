@@ -10,7 +10,8 @@ pub mod openapi;
 
 pub use account::{account_home, result_file_name, revoke_confirm, try_page, KeyNotice, TryView};
 pub use admin::{
-    admin_account, admin_accounts, admin_booths, status_page, AccountForms, NewAccount, StatusView,
+    admin_account, admin_accounts, admin_backdrops, admin_booths, status_page, AccountForms,
+    NewAccount, StatusView,
 };
 pub use docs::{docs_page, Documented, REMOVE_BG_ERRORS, REMOVE_BG_FIELDS};
 
@@ -71,6 +72,7 @@ fn frame(
                             Nav::Admin { csrf } => {
                                 a href="/admin" { "Accounts" }
                                 a href="/admin/booths" { "Booths" }
+                                a href="/admin/backdrops" { "Backdrops" }
                                 a href="/admin/status" { "Status" }
                                 a href="/docs" { "API docs" }
                                 (sign_out(csrf))

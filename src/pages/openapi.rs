@@ -192,6 +192,22 @@ pub fn document(version: &str) -> Value {
                     "503": { "description": "The database cannot be read now.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
                 }
             } },
+            "/api/backdrops": { "get": {
+                "operationId": "backdrops",
+                "summary": "The backdrops a request may name (field backdrop), for any valid key",
+                "responses": {
+                    "200": { "description": "Each backdrop, by name.", "content": { "application/json": { "schema": { "type": "object", "properties": { "data": { "type": "array", "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": { "type": "string", "description": "Its name in lower case, anything but letters and digits a hyphen; a request may give it instead of the name." },
+                            "name": { "type": "string" },
+                            "width": { "type": "integer" }, "height": { "type": "integer" },
+                            "overlay": { "type": "boolean", "description": "Whether it has an overlay put over the result." },
+                            "bytes": { "type": "integer" }
+                        } } } } } } } },
+                    "401": { "description": "No key, or an unknown or revoked one.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+                }
+            } },
             "/api/pair": { "post": {
                 "operationId": "pair",
                 "summary": "A booth without a key asks to pair (over HTTPS only, no key)",

@@ -23,12 +23,14 @@ pub struct Need {
 }
 
 /// The most bytes a cut-out of `photo` to `output` pixels, finished as
-/// `finish` asks (its background's header in `background`), holds at once.
+/// `finish` asks (the headers of its background and overlay images in
+/// `background` and `overlay`), holds at once.
 pub fn need(
     photo: &Header,
     output: (u32, u32),
     finish: &Finish,
     background: Option<&Header>,
+    overlay: Option<&Header>,
 ) -> Need {
     let source = photo.pixels() * photo.channels();
     let out = u64::from(output.0) * u64::from(output.1);
@@ -59,7 +61,7 @@ pub fn need(
         };
         steps.push(("writing the PNG", kept + png(out * samples, output.1)));
     } else {
-        steps.extend(finishing(out, output, finish, background, kept));
+        steps.extend(finishing(out, output, finish, [background, overlay], kept));
     }
     let (at, bytes) = steps
         .into_iter()
@@ -75,7 +77,7 @@ fn finishing(
     out: u64,
     size: (u32, u32),
     finish: &Finish,
-    background: Option<&Header>,
+    [background, overlay]: [Option<&Header>; 2],
     kept: u64,
 ) -> Vec<(&'static str, u64)> {
     let cut = out * 4;
@@ -113,14 +115,18 @@ fn finishing(
         steps.push(("placing the subject", canvas_bytes * 3));
     }
     if finish.channels == Channels::Rgba {
+        // Each one's part that shows, scaled (in RGB, then RGBA) to the canvas.
+        let layer = |image: &Header| {
+            canvas_bytes
+                + image
+                    .decoding
+                    .max(image.pixels() * image.channels() + canvas * 7)
+        };
         if let Some(background) = background {
-            // Its part that shows, scaled (in RGB, then RGBA) to the canvas.
-            let part = background.pixels() * background.channels();
-            let scaled = canvas * 7;
-            steps.push((
-                "putting the background behind",
-                canvas_bytes + background.decoding.max(part + scaled),
-            ));
+            steps.push(("putting the background behind", layer(background)));
+        }
+        if let Some(overlay) = overlay {
+            steps.push(("putting the overlay over", layer(overlay)));
         }
     }
     steps.push((
@@ -173,7 +179,7 @@ mod tests {
         // A 12 MP JPEG cut out at its size: the photo beside the model's
         // working memory, more than its PNG.
         let jpeg = photo(4000, 3000, false, 36_000_000 + 4 * MIB);
-        let need = need(&jpeg, (4000, 3000), &Finish::default(), None);
+        let need = need(&jpeg, (4000, 3000), &Finish::default(), None, None);
         assert_eq!(
             need,
             Need {
@@ -184,12 +190,12 @@ mod tests {
         // 25 MP: the PNG of its cut-out, 100 MB of RGBA and an eighth more
         // at most, beside the photo.
         let large = photo(5000, 5000, false, 75_000_000 + 4 * MIB);
-        let need = super::need(&large, (5000, 5000), &Finish::default(), None);
+        let need = super::need(&large, (5000, 5000), &Finish::default(), None, None);
         assert_eq!(need.at, "writing the PNG");
         assert_eq!(need.bytes, 75_000_000 + 112_500_000 + 5000 + MIB);
         // A progressive 50 MP JPEG: its coefficients.
         let progressive = photo(10_000, 5_000, false, 450_000_000);
-        let need = super::need(&progressive, (7071, 3535), &Finish::default(), None);
+        let need = super::need(&progressive, (7071, 3535), &Finish::default(), None, None);
         assert_eq!(need.at, "decoding the photo");
     }
 
@@ -206,14 +212,14 @@ mod tests {
             }),
             ..Finish::default()
         };
-        let finished = need(&jpeg, (5000, 5000), &roi, None);
+        let finished = need(&jpeg, (5000, 5000), &roi, None, None);
         assert_eq!(finished.at, "encoding the result");
         // The fill's plane is a byte a pixel, under what encoding holds.
         let fill = Finish {
             fill_enclosed: true,
             ..roi.clone()
         };
-        assert_eq!(need(&jpeg, (5000, 5000), &fill, None), finished);
+        assert_eq!(need(&jpeg, (5000, 5000), &fill, None, None), finished);
         let shadow = Finish {
             shadow: Some(Shadow {
                 kind: ShadowKind::Drop,
@@ -221,7 +227,7 @@ mod tests {
             }),
             ..roi.clone()
         };
-        assert_eq!(need(&jpeg, (5000, 5000), &shadow, None), finished);
+        assert_eq!(need(&jpeg, (5000, 5000), &shadow, None, None), finished);
         // A crop with margins of half the subject each side: a canvas of
         // four times the pixels.
         let half = Length::Percent(50.0);
@@ -234,7 +240,7 @@ mod tests {
             }),
             ..roi.clone()
         };
-        let cropped = need(&jpeg, (5000, 5000), &crop, None);
+        let cropped = need(&jpeg, (5000, 5000), &crop, None, None);
         assert_eq!(cropped.at, "encoding the result");
         assert!(cropped.bytes > 3 * finished.bytes, "{cropped:?}");
         // A background as large as the result costs its decoding besides.
@@ -243,7 +249,24 @@ mod tests {
             ..Finish::default()
         };
         let background = photo(5000, 5000, false, 80_000_000);
-        let behind = need(&jpeg, (5000, 5000), &with_background, Some(&background));
+        let behind = need(
+            &jpeg,
+            (5000, 5000),
+            &with_background,
+            Some(&background),
+            None,
+        );
         assert_eq!(behind.at, "putting the background behind");
+        // A backdrop's overlay, larger still, is decoded once the background is gone.
+        let overlay = photo(6000, 6000, true, 150_000_000);
+        let framed = need(
+            &jpeg,
+            (5000, 5000),
+            &with_background,
+            Some(&background),
+            Some(&overlay),
+        );
+        assert_eq!(framed.at, "putting the overlay over");
+        assert!(framed.bytes > behind.bytes, "{framed:?} {behind:?}");
     }
 }

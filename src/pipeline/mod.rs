@@ -345,8 +345,20 @@ impl Pipeline {
             ),
             _ => None,
         };
+        let overlay = finish
+            .overlay
+            .as_deref()
+            .map(|file| imaging::header(file, crate::error::MAX_PIXELS_OUTPUT))
+            .transpose()
+            .map_err(overlay_error)?;
         let output = output_size(photo.width, photo.height, size)?;
-        let need = memory::need(&photo, output, finish, background.as_ref());
+        let need = memory::need(
+            &photo,
+            output,
+            finish,
+            background.as_ref(),
+            overlay.as_ref(),
+        );
         log::debug!(
             "a {}x{} photo needs {} bytes at its peak ({})",
             photo.width,
@@ -465,6 +477,7 @@ impl Pipeline {
                     why: format!("a {format} is at most {most} pixels a side"),
                 },
                 FinishError::Background(e) => background_error(e),
+                FinishError::Overlay(e) => overlay_error(e),
             })?;
             watch.lap("finish");
             finished
@@ -535,6 +548,14 @@ fn output_size(width: u32, height: u32, size: SizeMode) -> Result<(u32, u32), Ap
 }
 
 /// A background image that cannot be used, named as such.
+/// A backdrop's overlay, checked when it was added, unreadable now.
+fn overlay_error(e: DecodeError) -> ApiError {
+    ApiError::InvalidOption {
+        field: OptionField::Backdrop,
+        why: format!("its overlay cannot be read: {e}"),
+    }
+}
+
 fn background_error(e: DecodeError) -> ApiError {
     let why = match e {
         DecodeError::TooLarge { width, height, .. } => format!(

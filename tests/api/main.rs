@@ -3,6 +3,7 @@
 mod helpers;
 
 mod attacks;
+mod backdrops;
 mod cli;
 mod connections;
 mod crash;

@@ -1,6 +1,8 @@
 //! The operator's pages: accounts, plans, suspensions, usage, status.
 
 use super::*;
+use crate::backdrops::BackdropError;
+use crate::http::form::read_form;
 
 pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&str]) -> Handled {
     let get = matches!(method, Method::Get | Method::Head);
@@ -9,6 +11,23 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
         [] | [""] if get => accounts_page(cx, &NewAccount::default(), flash(request), 200),
         ["status"] if get => Ok(html(200, view::status_page(cx.csrf(), &status_view(cx)))),
         ["booths"] if get => booths_page(cx, flash(request), None),
+        ["backdrops"] if get => backdrops_page(cx, flash(request), None),
+        ["backdrops"] if post => add_backdrop(cx, request),
+        ["backdrops", id, "preview"] if get => match cx.state.backdrops().preview(id) {
+            Ok(jpeg) => Ok(Response::from_data(jpeg)
+                .with_header(header("Content-Type", "image/jpeg"))
+                .with_header(header("Cache-Control", "no-store"))),
+            Err(BackdropError::Io(e)) => Err(Failure::Disk(e)),
+            Err(_) => Err(Failure::NotFound),
+        },
+        ["backdrops", id, "delete"] if post => {
+            cx.fields(request)?;
+            match cx.state.backdrops().remove(id) {
+                Ok(_) => Ok(redirect("/admin/backdrops?done=backdrop-deleted")),
+                Err(BackdropError::Io(e)) => Err(Failure::Disk(e)),
+                Err(_) => Err(Failure::NotFound),
+            }
+        }
         ["booths", handle, action @ ("approve" | "refuse")] if post => {
             let fields = cx.fields(request)?;
             answer_booth(cx, handle, action, fields.get("account"))
@@ -59,6 +78,54 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
             )))
         }
         _ => Err(Failure::NotFound),
+    }
+}
+
+fn backdrops_page(cx: &Ctx, flash: Option<&str>, error: Option<(u16, &str)>) -> Handled {
+    let backdrops = cx.state.backdrops().list().map_err(|e| match e {
+        BackdropError::Io(e) => Failure::Disk(e),
+        other => Failure::Disk(std::io::Error::other(other.to_string())),
+    })?;
+    let page = view::admin_backdrops(cx.csrf(), &backdrops, flash, error.map(|(_, why)| why));
+    Ok(html(error.map_or(200, |(status, _)| status), page))
+}
+
+/// The upload form: its fields as the API's form reads them (`image_file`
+/// the background, `bg_image_file` the overlay, `backdrop` the name).
+fn add_backdrop(cx: &Ctx, request: &mut Request) -> Handled {
+    let content_type = header_value(request, "Content-Type").map(str::to_owned);
+    let length = request.body_length().map(|n| n as u64);
+    let form = match read_form(content_type.as_deref(), length, request.as_reader()) {
+        Ok(form) => form,
+        Err(e) => {
+            let why = format!("{}: {}", e.title(), e.detail());
+            return backdrops_page(cx, None, Some((crate::http::respond::status(&e), &why)));
+        }
+    };
+    if !cx.auth.csrf_matches(form.csrf.as_deref()) {
+        return Err(Failure::BadCsrf);
+    }
+    let Some(background) = form.image_file.as_deref().filter(|b| !b.is_empty()) else {
+        return backdrops_page(cx, None, Some((400, "Choose a background image.")));
+    };
+    let overlay = form.bg_image_file.as_deref().filter(|o| !o.is_empty());
+    let name = form.backdrop.as_deref().unwrap_or("");
+    match cx.state.backdrops().add(name, background, overlay) {
+        Ok(_) => Ok(redirect("/admin/backdrops?done=backdrop-added")),
+        Err(BackdropError::Io(e)) => Err(Failure::Disk(e)),
+        Err(refused) => {
+            let why = refused.to_string();
+            let mut chars = why.chars();
+            let first = chars
+                .next()
+                .map(|c| c.to_uppercase().to_string())
+                .unwrap_or_default();
+            backdrops_page(
+                cx,
+                None,
+                Some((400, &format!("{first}{}.", chars.as_str()))),
+            )
+        }
     }
 }
 

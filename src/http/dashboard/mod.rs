@@ -47,6 +47,8 @@ enum Failure {
     BadCsrf,
     BadForm,
     Store(StoreError),
+    /// The data directory's backdrops cannot be read or written.
+    Disk(std::io::Error),
 }
 
 impl From<StoreError> for Failure {
@@ -139,6 +141,10 @@ fn failure(auth: Option<&Auth>, failure: Failure) -> Body {
         Failure::Store(e) => {
             log::error!("dashboard: {e}");
             (503, "Database unavailable", "The appliance cannot read or write its database right now. Try again in a moment; if it persists, check the appliance's disk, or the PostgreSQL server it shares.")
+        }
+        Failure::Disk(e) => {
+            log::error!("dashboard: backdrops: {e}");
+            (503, "Disk unavailable", "The appliance cannot read or write its backdrops in its data directory right now. If it persists, check the appliance's disk (is it full?).")
         }
     };
     html(status, view::message_page(title, &nav, message))
@@ -240,6 +246,10 @@ fn flash(request: &Request) -> Option<&'static str> {
         "signed-out" => "You are signed out.",
         "paired" => "Booth paired. It collects its key at its next poll, within seconds.",
         "refused" => "Request refused. The booth gets nothing.",
+        "backdrop-added" => "Backdrop added. Booths offer it from their next guest.",
+        "backdrop-deleted" => {
+            "Backdrop deleted. A booth that names it now gets its photos cut out on no background."
+        }
         _ => return None,
     })
 }
