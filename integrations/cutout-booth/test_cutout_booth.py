@@ -18,6 +18,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from unittest import mock
@@ -236,6 +237,102 @@ class ThePairing(unittest.TestCase):
         self.assertEqual(api.polls, [], "the key was not asked for")
         self.assertIn("pairing with the cutout appliance cutout at https://127.0.0.1:", logs.output[0])
         self.assertIn("not paired with the cutout appliance cutout: it now shows another certificate", logs.output[-1])
+
+
+class Ready(ThreadingHTTPServer):
+    """An appliance's /readyz on 127.0.0.1 that counts the checks, answering
+    each after `delay` seconds."""
+
+    def __init__(self, delay=0.0):
+        self.checks = 0
+
+        class Api(BaseHTTPRequestHandler):
+            def do_GET(handler):
+                self.checks += 1
+                time.sleep(delay)
+                handler.send_response(200 if handler.path == "/readyz" else 404)
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+
+            def log_message(handler, *_):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Api)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class TheLink(unittest.TestCase):
+    def setUp(self):
+        self.now = 1000.0
+        self.link = cutout_booth.Link(clock=lambda: self.now)
+
+    def test_checks_again_after_1_2_4_8_then_every_15_s_while_the_appliance_is_gone(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # nothing listens: refused
+        self.link.use(f"http://127.0.0.1:{port}", "ck_key", "", 30)
+        checked = []
+        for second in range(60):
+            self.now = 1000.0 + second
+            why = self.link.gone()
+            self.assertIsNotNone(why)
+            if "checking again" not in why:
+                checked.append(second)
+        self.assertEqual(checked, [0, 1, 3, 7, 15, 30, 45], "checks, by the second")
+        self.assertIn("ConnectionRefusedError", self.link.gone())
+
+    def test_takes_a_recent_answer_as_proof_and_checks_once_it_is_ten_seconds_old(self):
+        ready = Ready()
+        try:
+            self.link.use(f"http://127.0.0.1:{ready.server_port}", "ck_key", "", 30)
+            self.assertIsNone(self.link.gone())
+            self.now += 9
+            self.assertIsNone(self.link.gone())
+            self.assertEqual(ready.checks, 1)
+            self.now += 2
+            self.assertIsNone(self.link.gone())
+            self.assertEqual(ready.checks, 2)
+        finally:
+            ready.shutdown()
+            ready.server_close()
+
+    def test_forgets_what_it_knew_when_the_settings_change(self):
+        ready = Ready()
+        try:
+            self.link.use("http://127.0.0.1:1", "ck_key", "", 30)
+            self.assertIsNotNone(self.link.gone())
+            self.link.use(f"http://127.0.0.1:{ready.server_port}", "ck_key", "", 30)
+            self.assertIsNone(self.link.gone(), "the new address is checked at once")
+        finally:
+            ready.shutdown()
+            ready.server_close()
+
+    def test_an_answer_under_the_settings_before_a_change_vouches_for_nothing_after(self):
+        ready = Ready(delay=0.5)
+        try:
+            link = cutout_booth.Link()
+            link.use(f"http://127.0.0.1:{ready.server_port}", "ck_key", "", 30)
+            checking = threading.Thread(target=link.gone)
+            checking.start()
+            time.sleep(0.2)
+            link.use("http://127.0.0.1:1", "ck_key", "", 30)  # the operator changes the address meanwhile
+            checking.join()
+            self.assertIn("ConnectionRefusedError", link.gone() or "", "the new address is checked, not taken on trust")
+        finally:
+            ready.shutdown()
+            ready.server_close()
+
+    def test_a_hung_appliance_costs_the_wait_for_a_request_about_two_seconds(self):
+        from concurrent.futures import Future
+
+        with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+            link = cutout_booth.Link()
+            link.use(f"http://127.0.0.1:{silent.getsockname()[1]}", "ck_key", "", 30)
+            started = time.monotonic()
+            with self.assertRaises(cutout_booth.Gone) as gone:
+                link.wait(Future())  # a request that never ends
+            self.assertLess(time.monotonic() - started, 2.5)
+        self.assertIn("timed out", str(gone.exception))
 
 
 if __name__ == "__main__":

@@ -7,12 +7,21 @@ matte, and composes the cut-out itself. Its plugin hooks (pluggy) have no
 background-removal hook (the filter hook runs after the background has been
 replaced), so on `start` this plugin hands the step its own session: when
 enabled, the matte comes from the appliance (`POST /api/remove-bg`, `size=full`,
-`channels=alpha`: the cut-out's alpha at the photo's size, without sending
-its colours back over the LAN), and everything else stays the step's.
+`channels=alpha`: the cut-out's alpha, without sending its colours back over
+the LAN; the photo sent at most 2048 pixels on its longest side, the matte
+enlarged to its size here), and everything else stays the step's.
 
-On any failure (appliance down, timeout, refused key, another certificate,
+On any failure (appliance down, hung, refused key, another certificate,
 an answer that is not a matte of the photo's size) the matte comes from
 photobooth-app's own model, as without the plugin, and one line is logged.
+An appliance that is gone costs a photo a second at most, once: the shared
+`cutout_booth.Link` remembers it, and checks again, backing off, until it
+is back.
+
+photobooth-app's plugin hooks hand a plugin no capture (`sm_on_exit_state`
+gets the states and the media type, not the job or its files), so each
+photo is sent when the pipeline removes its background, after the last
+capture of a collage, not during the countdown as the pibooth plugin does.
 
 Settings live in photobooth-app's configuration, as for its own plugins:
 `config/plugin_cutout.json`, edited in the admin UI under this plugin's name.
@@ -26,13 +35,10 @@ photos are cut out by photobooth-app's own model, as on a failure.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import socket
-from urllib.parse import urlsplit
 
 import cutout_booth
-import urllib3
 from PIL import Image
 from pydantic import BaseModel, Field, SecretStr, SerializationInfo, field_serializer
 from pydantic_settings import SettingsConfigDict
@@ -60,6 +66,10 @@ class Appliance(BaseModel):
         "Empty: the certificate is checked against the system's CAs.",
     )
     timeout_seconds: float = Field(default=30, description="How long to wait for a cut-out before the booth removes the background itself.")
+    longest_side_sent: int = Field(
+        default=2048,
+        description="Longest side, in pixels, of a photo as sent to the appliance (its matte is enlarged to the photo's size); 0: the photo as taken.",
+    )
     booth_name: str = Field(default_factory=socket.gethostname, description="This booth's name, shown on the appliance when it asks to pair.")
     appliance_name: str = Field(
         default="",
@@ -149,7 +159,8 @@ class ApplianceSession:
         try:
             return matte_from_appliance(img, settings)
         except Exception as exc:
-            logger.warning(f"cutout appliance at {settings.base_url or '(no address set)'} failed ({describe(exc)}): removing the background on this booth with {self.name()}")
+            why = exc if isinstance(exc, cutout_booth.ApplianceError) else f"{type(exc).__name__}: {exc}"
+            logger.warning(f"cutout appliance at {settings.base_url or '(no address set)'} failed ({why}): removing the background on this booth with {self.name()}")
         return self._own_session().predict(img, *args, **kwargs)
 
     def _own_session(self):
@@ -160,58 +171,31 @@ class ApplianceSession:
         return self._own
 
 
-class ApplianceError(Exception):
-    pass
+LINK = cutout_booth.Link()
+FIELDS = {"size": "full", "channels": "alpha"}
 
 
 def matte_from_appliance(img: Image.Image, settings: Appliance) -> Image.Image:
     """The appliance's matte of `img`, at `img`'s size, or an exception."""
     if not settings.base_url:
-        raise ApplianceError("not paired with an appliance yet")
-    url = urlsplit(settings.base_url)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise ApplianceError(f"the address {settings.base_url!r} is not an http(s) URL")
+        raise cutout_booth.ApplianceError("not paired with an appliance yet")
+    LINK.use(settings.base_url, settings.api_key.get_secret_value(), settings.fingerprint, settings.timeout_seconds)
+    sent = img.convert("RGB")
+    if 0 < settings.longest_side_sent < max(sent.size):
+        sent.thumbnail((settings.longest_side_sent,) * 2, Image.Resampling.BILINEAR, reducing_gap=2.0)
     photo = io.BytesIO()
-    img.convert("RGB").save(photo, format="JPEG", quality=95)
-    fields = {"image_file": ("photo.jpg", photo.getvalue(), "image/jpeg"), "size": "full", "channels": "alpha"}
-    timeout = urllib3.Timeout(connect=min(5.0, settings.timeout_seconds), read=settings.timeout_seconds)
-    options = dict(timeout=timeout, retries=False, headers={"X-Api-Key": settings.api_key.get_secret_value()})
-    if url.scheme == "http":
-        pool = urllib3.HTTPConnectionPool(url.hostname, url.port or 80, **options)
-    elif settings.fingerprint:
-        # The appliance's certificate is self-signed: the pin is the check.
-        pool = urllib3.HTTPSConnectionPool(url.hostname, url.port or 443, cert_reqs="CERT_NONE", assert_fingerprint=settings.fingerprint, **options)
-    else:
-        pool = urllib3.HTTPSConnectionPool(url.hostname, url.port or 443, **options)
-    with pool:
-        reply = pool.request("POST", url.path.rstrip("/") + "/api/remove-bg", fields=fields)
-    if reply.status != 200:
-        raise ApplianceError(f"HTTP {reply.status}{error_title(reply.data)}")
+    sent.save(photo, format="JPEG", quality=90)
+    body = LINK.cut_out(photo.getvalue(), FIELDS).body
     try:
-        matte = Image.open(io.BytesIO(reply.data))
+        matte = Image.open(io.BytesIO(body))
         matte.load()
     except Exception as exc:
-        raise ApplianceError("the answer is not an image") from exc
-    if matte.format != "PNG" or matte.mode != "L" or matte.size != img.size:
-        raise ApplianceError(f"the answer is a {matte.mode} {matte.format} of {matte.size}, not a grey PNG of the photo's {img.size}")
-    return matte
+        raise cutout_booth.ApplianceError("the answer is not an image") from exc
+    if matte.format != "PNG" or matte.mode != "L" or matte.size != sent.size:
+        raise cutout_booth.ApplianceError(f"the answer is a {matte.mode} {matte.format} of {matte.size}, not a grey PNG of the {sent.size} sent")
+    return matte if matte.size == img.size else matte.resize(img.size, Image.Resampling.BILINEAR)
 
 
 def found_on_the_lan() -> str:
     found = cutout_booth.last_found
     return f" Found on the LAN: {', '.join(f'{f.name} ({f.addresses[0]})' for f in found)}." if found else ""
-
-
-def error_title(body: bytes) -> str:
-    """`: code, title` from the appliance's JSON error, or nothing."""
-    try:
-        error = json.loads(body)["errors"][0]
-        return f": {error['code']}, {error['title']}"
-    except Exception:
-        return ""
-
-
-def describe(exc: Exception) -> str:
-    # urllib3 puts the cause (refused, timed out, fingerprint) in `reason`.
-    reason = getattr(exc, "reason", None) or exc
-    return f"{type(reason).__name__}: {reason}" if not isinstance(reason, ApplianceError) else str(reason)

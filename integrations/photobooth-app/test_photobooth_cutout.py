@@ -80,7 +80,7 @@ def remove_background() -> Image.Image:
 
 
 class TheBackgroundRemovalStep(Fallbacks, unittest.TestCase):
-    another_certificate = "Fingerprints did not match"
+    another_certificate = "fingerprint is not the pinned one"
 
     @property
     def appliance(self):
