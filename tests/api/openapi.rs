@@ -76,7 +76,8 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
         | "invalid_add_shadow"
         | "invalid_shadow_type"
         | "invalid_shadow_opacity"
-        | "invalid_semitransparency" => {
+        | "invalid_semitransparency"
+        | "invalid_backdrop" => {
             let field = code.strip_prefix("invalid_").unwrap();
             app.post_form(
                 k,
