@@ -118,11 +118,17 @@ impl Backdrops {
 
     /// The backdrop named `name` (or whose id it is), without regard to case.
     pub fn find(&self, name: &str) -> Result<Backdrop, BackdropError> {
+        // Names equal but for case have the same id, so only that directory
+        // is read, not every backdrop's files for each request.
         let wanted = name.trim();
-        self.list()?
-            .into_iter()
-            .find(|b| b.name.eq_ignore_ascii_case(wanted) || b.id == id_of(wanted))
-            .ok_or_else(|| BackdropError::Unknown(wanted.to_owned()))
+        let id = id_of(wanted);
+        match self.read(&id) {
+            _ if id.is_empty() => Err(BackdropError::Unknown(wanted.to_owned())),
+            Err(BackdropError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+                Err(BackdropError::Unknown(wanted.to_owned()))
+            }
+            other => other,
+        }
     }
 
     pub fn files(&self, backdrop: &Backdrop) -> Result<Files, BackdropError> {
