@@ -286,7 +286,7 @@ FAST_INSTALL := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_OPT_LEVEL=
 
 # 30 minutes of 4 clients over 3 accounts and all three sizes against the
 # binary: only 200s, memory and open files flat (tests/api/soak.rs; `make
-# test` runs it for 2 minutes). SOAK_ENGINE=tract soaks tract.
+# test` runs it for 1 minute). SOAK_ENGINE=tract soaks tract.
 soak: models onnxruntime
 	SOAK_SECS=1800 $(CARGO) test --workspace --test api soak -- --nocapture
 

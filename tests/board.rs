@@ -46,6 +46,13 @@ struct Board {
     /// 1024² square, most of ten minutes emulated. The blend itself is the
     /// same code on every board and runs on the A76.
     strip_type: &'static str,
+    /// Whether a MODNet request (`type=person`) runs beside the strip's. Not
+    /// on the A72: the f32 kernels ONNX Runtime runs MODNet with are the
+    /// A76's (its dot product and half-precision arithmetic serve int8 and
+    /// f16 models), which runs it beside its own model; on the A72 it added
+    /// a minute emulated. Two at once, the queue and a second model loading
+    /// are the A53's and the A76's to show.
+    person_too: bool,
 }
 
 const BOARDS: [Board; 3] = [
@@ -55,6 +62,7 @@ const BOARDS: [Board; 3] = [
         model: "u2netp",
         engine: "tract",
         strip_type: "auto",
+        person_too: true,
     },
     Board {
         cpu: "cortex-a72",
@@ -62,6 +70,7 @@ const BOARDS: [Board; 3] = [
         model: "isnet",
         engine: "onnxruntime",
         strip_type: "general",
+        person_too: false,
     },
     Board {
         cpu: "cortex-a76",
@@ -69,6 +78,7 @@ const BOARDS: [Board; 3] = [
         model: "isnet-int8",
         engine: "onnxruntime",
         strip_type: "auto",
+        person_too: true,
     },
 ];
 
@@ -439,6 +449,7 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
     let photos = paths.clone().map(|path| std::fs::read(path).unwrap());
     for board in &BOARDS {
         let requests = [(&paths[0], board.strip_type), (&paths[1], "person")];
+        let requests = &requests[..if board.person_too { 2 } else { 1 }];
         let started = Instant::now();
         let (server, cgroup, key, data) = emulated(board);
         let log = server.log();
@@ -450,13 +461,13 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
         );
         assert_eq!(server.get("/readyz").status, 200);
 
-        // Both at once: two connection threads, the work queue (one waits
-        // its turn), the inference pool and a second model loading, with
-        // health checks answered meanwhile.
+        // Both at once (where `person_too`): two connection threads, the
+        // work queue (one waits its turn), the inference pool and a second
+        // model loading, with health checks answered meanwhile.
         let replies: Vec<Reply> = std::thread::scope(|s| {
             let posts: Vec<_> = photos
                 .iter()
-                .zip(&requests)
+                .zip(requests)
                 .map(|(photo, &(_, subject))| {
                     let (server, key) = (&server, &key);
                     s.spawn(move || server.post(key, photo, subject, Duration::from_secs(1500)))
@@ -470,7 +481,7 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
             );
             posts.into_iter().map(|p| p.join().unwrap()).collect()
         });
-        for (reply, (path, subject)) in replies.iter().zip(&requests) {
+        for (reply, (path, subject)) in replies.iter().zip(requests) {
             let cut = reply.png();
             let model = reply.header("x-model").unwrap().to_owned();
             let name = path.file_name().unwrap().to_string_lossy();
@@ -491,10 +502,15 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
         server.stop();
         assert_eq!(cgroup.oom_kills(), 0);
         eprintln!(
-            "{}: {} on {} and MODNet served two cut-outs at once; peak {} MiB of {} MiB; {:.0} s emulated",
+            "{}: {} on {}{} served; peak {} MiB of {} MiB; {:.0} s emulated",
             board.cpu,
             board.model,
             board.engine,
+            if board.person_too {
+                " and MODNet at once"
+            } else {
+                ""
+            },
             cgroup.peak_mib(),
             board.memory_mib,
             started.elapsed().as_secs_f64()
