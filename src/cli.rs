@@ -80,6 +80,26 @@ enum Command {
     /// dashboard's Backdrops page does the same.
     #[command(subcommand)]
     Backdrop(BackdropCommand),
+    /// Save the accounts, keys, counts, operator password, HTTPS
+    /// certificate, backdrops and configuration into FILE, encrypted with a
+    /// passphrase (age): read from --passphrase-file, or typed twice. The
+    /// service goes on serving meanwhile.
+    Backup {
+        file: PathBuf,
+        #[arg(long)]
+        passphrase_file: Option<PathBuf>,
+    },
+    /// Bring back what `backup` saved in FILE, so that booths paired before
+    /// work unchanged. Stop the service first. Nothing changes if FILE is
+    /// damaged, from a newer cutout or the passphrase is wrong.
+    Restore {
+        file: PathBuf,
+        #[arg(long)]
+        passphrase_file: Option<PathBuf>,
+        /// Replace the accounts this appliance already has.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Cut out images offline, without a key: `remove IN OUT.png`, or
     /// `remove IN... DIR` (each to DIR/<name>.png, the model loaded once).
     Remove {
@@ -236,6 +256,10 @@ enum UsageCommand {
 
 /// Settings from the command line over `CUTOUT_*` variables over the file.
 fn settings(cli: &Cli) -> Result<Settings> {
+    let config_file = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_FILE));
     let file = match &cli.config {
         Some(path) => Config::read(path, true)?,
         None => Config::read(DEFAULT_CONFIG_FILE.as_ref(), false)?,
@@ -271,7 +295,9 @@ fn settings(cli: &Cli) -> Result<Settings> {
             | Command::Ladder { .. }
     );
     if !as_served {
-        return Ok(Settings::from_config(config)?);
+        let mut settings = Settings::from_config(config)?;
+        settings.config_file = config_file;
+        return Ok(settings);
     }
     // What no layer set comes from the board.
     // A board only named has not measured itself: no report of its own.
@@ -295,6 +321,7 @@ fn settings(cli: &Cli) -> Result<Settings> {
         .follow(&board, report.as_ref());
     let mut settings = Settings::from_config(config.over(defaults.as_config()))?;
     settings.board = Some(defaults.found_on(&board));
+    settings.config_file = config_file;
     if matches!(cli.command, Command::Serve { .. }) {
         fall_back_from_a_crashing_onnxruntime(&mut settings);
     }
@@ -491,6 +518,34 @@ pub fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::Backup {
+            file,
+            passphrase_file,
+        } => {
+            let passphrase = read_passphrase(passphrase_file.as_deref(), true)?;
+            let sources = crate::backup::Sources::of(&settings);
+            let contents = crate::backup::take(&sources, &passphrase, &file, now)?;
+            println!("{}: {}", file.display(), describe_backup(&contents));
+            Ok(())
+        }
+        Command::Restore {
+            file,
+            passphrase_file,
+            yes,
+        } => {
+            if let Some(tls) = &settings.tls {
+                refuse_while_served(&tls.listen)?;
+            }
+            refuse_while_served(&settings.listen)?;
+            let passphrase = read_passphrase(passphrase_file.as_deref(), false)?;
+            let sources = crate::backup::Sources::of(&settings);
+            let contents = crate::backup::restore(&sources, &passphrase, &file, yes)?;
+            println!(
+                "restored {}; start the service (systemctl start cutout)",
+                describe_backup(&contents)
+            );
+            Ok(())
+        }
         Command::Backdrop(command) => backdrop(
             &crate::backdrops::Backdrops::in_data_dir(&data_dir),
             command,
@@ -539,6 +594,65 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn describe_backup(contents: &crate::backup::Contents) -> String {
+    let no = |present: bool| if present { "" } else { "no " };
+    format!(
+        "{} account(s), {}HTTPS certificate, {} backdrop(s), {}configuration file",
+        contents.accounts,
+        no(contents.certificate),
+        contents.backdrops,
+        no(contents.config),
+    )
+}
+
+/// A restore under a running service would be overwritten by it, or
+/// confuse it: whatever answers on the service's address refuses it.
+fn refuse_while_served(listen: &str) -> Result<()> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let Some(addr) = listen.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+        return Ok(());
+    };
+    let addr = match addr.ip() {
+        ip if ip.is_unspecified() => std::net::SocketAddr::from(([127, 0, 0, 1], addr.port())),
+        _ => addr,
+    };
+    if addr.port() != 0
+        && TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500)).is_ok()
+    {
+        bail!("something answers on {listen}: stop the service first (systemctl stop cutout)");
+    }
+    Ok(())
+}
+
+/// The first line of `file`, or typed at the terminal (twice when
+/// `new`), or one line piped in.
+fn read_passphrase(file: Option<&Path>, new: bool) -> Result<String> {
+    use std::io::IsTerminal;
+    let passphrase = if let Some(file) = file {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        text.lines().next().unwrap_or_default().to_owned()
+    } else if std::io::stdin().is_terminal() {
+        eprint!("Backup passphrase: ");
+        let first = rpassword::read_password()?;
+        if new {
+            eprint!("The same again: ");
+            if rpassword::read_password()? != first {
+                bail!("the two passphrases differ");
+            }
+        }
+        first
+    } else {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        line.trim_end_matches(['\r', '\n']).to_owned()
+    };
+    if new {
+        crate::backup::check_passphrase(&passphrase)?;
+    }
+    Ok(passphrase)
 }
 
 /// One line from stdin: typed at a terminal (twice, not echoed) or piped in.

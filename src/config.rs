@@ -24,6 +24,8 @@ pub const DEFAULT_CONFIG_FILE: &str = "/etc/cutout/cutout.toml";
 
 #[derive(Clone)]
 pub struct Settings {
+    /// The configuration file read (or that would be: it may not exist).
+    pub config_file: PathBuf,
     pub data_dir: PathBuf,
     pub models_dir: PathBuf,
     /// Accounts, keys and counters: SQLite in `data_dir`, or a shared PostgreSQL.
@@ -682,6 +684,7 @@ impl Settings {
             ));
         }
         Ok(Settings {
+            config_file: DEFAULT_CONFIG_FILE.into(),
             data_dir: config.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             store: StoreSettings {
                 url: store.url,

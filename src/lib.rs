@@ -11,6 +11,7 @@
 pub mod allocator;
 pub mod app;
 pub mod backdrops;
+pub mod backup;
 pub mod bench;
 pub mod board;
 pub mod button;

@@ -117,7 +117,7 @@ fn make() -> Result<Certificate> {
 
 /// Writes the key readable by the service's user alone, then the
 /// certificate: a start cut short leaves no certificate without its key.
-fn save(cert: &Path, key: &Path, made: &Certificate) -> Result<()> {
+pub fn save(cert: &Path, key: &Path, made: &Certificate) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = cert.parent().expect("a file in a directory");
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -502,12 +502,12 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
         server.stop();
         assert_eq!(cgroup.oom_kills(), 0);
         eprintln!(
-            "{}: {} on {}{} served; peak {} MiB of {} MiB; {:.0} s emulated",
+            "{}: {} on {} served{}; peak {} MiB of {} MiB; {:.0} s emulated",
             board.cpu,
             board.model,
             board.engine,
             if board.person_too {
-                " and MODNet at once"
+                " beside MODNet"
             } else {
                 ""
             },

@@ -60,6 +60,8 @@ pub struct AppState {
     pub engine_note: Option<String>,
     /// Where `cutout bench` leaves its report.
     pub data_dir: PathBuf,
+    /// What a backup from the dashboard holds, and where it is.
+    pub backup_sources: crate::backup::Sources,
     /// What `type=auto` serves and why, and the board's measurement while
     /// it runs: lines for the Status page, kept by whoever chooses.
     pub ladder: Mutex<Vec<String>>,
@@ -198,6 +200,7 @@ impl AppState {
                 .map(|board| format!("{}; so by default {}", board.description, board.defaults)),
             engine_note: settings.engine_note.clone(),
             data_dir: settings.data_dir.clone(),
+            backup_sources: crate::backup::Sources::of(settings),
             ladder: Mutex::new(Vec::new()),
             fetch_allow: settings.fetch_allow.clone(),
             pairings: Pairings::new(settings.pairing_expire_seconds),

@@ -5,6 +5,7 @@ use super::{
     csrf_field, field_error, key_table, page, plan_title, usage_summary, AccountView, Nav,
 };
 use crate::backdrops::{Backdrop, MAX_BACKDROPS, MAX_NAME_CHARS};
+use crate::backup::MIN_PASSPHRASE_CHARS;
 use crate::domain::{utc_date, utc_datetime, Month};
 use crate::pairing::PendingView;
 use crate::store::{Account, Plan};
@@ -213,6 +214,33 @@ pub fn admin_backdrops(
         }
     };
     page("Backdrops", &Nav::Admin { csrf }, flash, body)
+}
+
+pub fn admin_backup(csrf: &str, error: Option<&str>) -> Markup {
+    let body = html! {
+        section {
+            h2 { "Backup" }
+            p {
+                "One file with everything a new SD card needs to take this appliance's place: the accounts, their keys and passwords (as stored: hashes), every month's counts, your password, the HTTPS certificate and its key (so that every paired booth's pin still holds), the backdrops and the configuration file. It holds a private key, so it is encrypted with a passphrase you choose (age, scrypt); keep the passphrase apart from the file. Taking it does not stop the service."
+            }
+            p {
+                "To restore on a fresh card: install the package, stop the service, run "
+                code { "sudo cutout restore FILE" }
+                " and start it again. Paired booths go on working, unchanged."
+            }
+            form.card #backup-form method="post" action="/admin/backup" {
+                (csrf_field(csrf))
+                label for="passphrase" { "Passphrase (at least " (MIN_PASSPHRASE_CHARS) " characters)" }
+                input #passphrase type="password" name="passphrase" minlength=(MIN_PASSPHRASE_CHARS)
+                    required autocomplete="new-password" aria-describedby="backup-error";
+                label for="passphrase_again" { "The same again" }
+                input #passphrase_again type="password" name="passphrase_again" required autocomplete="new-password";
+                (field_error("backup-error", error))
+                button type="submit" { "Download a backup" }
+            }
+        }
+    };
+    page("Backup", &Nav::Admin { csrf }, None, body)
 }
 
 fn plan_select(plans: &[Plan], selected: &str) -> Markup {

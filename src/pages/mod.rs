@@ -10,8 +10,8 @@ pub mod openapi;
 
 pub use account::{account_home, result_file_name, revoke_confirm, try_page, KeyNotice, TryView};
 pub use admin::{
-    admin_account, admin_accounts, admin_backdrops, admin_booths, status_page, AccountForms,
-    NewAccount, StatusView,
+    admin_account, admin_accounts, admin_backdrops, admin_backup, admin_booths, status_page,
+    AccountForms, NewAccount, StatusView,
 };
 pub use docs::{docs_page, Documented, REMOVE_BG_ERRORS, REMOVE_BG_FIELDS};
 
@@ -74,6 +74,7 @@ fn frame(
                                 a href="/admin/booths" { "Booths" }
                                 a href="/admin/backdrops" { "Backdrops" }
                                 a href="/admin/status" { "Status" }
+                                a href="/admin/backup" { "Backup" }
                                 a href="/docs" { "API docs" }
                                 (sign_out(csrf))
                             }

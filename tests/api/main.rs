@@ -4,6 +4,7 @@ mod helpers;
 
 mod attacks;
 mod backdrops;
+mod backup;
 mod cli;
 mod connections;
 mod crash;

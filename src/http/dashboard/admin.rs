@@ -11,6 +11,8 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
         [] | [""] if get => accounts_page(cx, &NewAccount::default(), flash(request), 200),
         ["status"] if get => Ok(html(200, view::status_page(cx.csrf(), &status_view(cx)))),
         ["booths"] if get => booths_page(cx, flash(request), None),
+        ["backup"] if get => Ok(html(200, view::admin_backup(cx.csrf(), None))),
+        ["backup"] if post => download_backup(cx, &cx.fields(request)?),
         ["backdrops"] if get => backdrops_page(cx, flash(request), None),
         ["backdrops"] if post => add_backdrop(cx, request),
         ["backdrops", id, "preview"] if get => match cx.state.backdrops().preview(id) {
@@ -79,6 +81,59 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
         }
         _ => Err(Failure::NotFound),
     }
+}
+
+/// A backup in one answer is held in memory whole (answers here are
+/// buffers): past this, the page says to use `cutout backup`.
+const MAX_DOWNLOAD_BYTES: u64 = 32 << 20;
+
+/// The backup as a download: written beside the data, read, removed.
+fn download_backup(cx: &Ctx, fields: &Fields) -> Handled {
+    let (passphrase, again) = (fields.get("passphrase"), fields.get("passphrase_again"));
+    let refused =
+        |status: u16, why: &str| Ok(html(status, view::admin_backup(cx.csrf(), Some(why))));
+    if let Err(why) = crate::backup::check_passphrase(passphrase) {
+        return refused(400, &format!("{why}."));
+    }
+    if passphrase != again {
+        return refused(400, "The two passphrases differ.");
+    }
+    let sources = &cx.state.backup_sources;
+    let path = sources.data_dir.join(format!(
+        ".download-{}.cutout-backup",
+        crate::secrets::random_hex(8)
+    ));
+    let taken = crate::backup::take(sources, passphrase, &path, cx.now);
+    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let bytes = taken.and_then(|_| {
+        if size > MAX_DOWNLOAD_BYTES {
+            return Ok(None);
+        }
+        Ok(Some(std::fs::read(&path)?))
+    });
+    let _ = std::fs::remove_file(&path);
+    let Some(bytes) = bytes.map_err(|e| Failure::Disk(std::io::Error::other(format!("{e:#}"))))?
+    else {
+        let why = format!(
+            "The backup is {} MB, over the {} MB this page sends: run `sudo cutout backup FILE` on the appliance.",
+            size >> 20,
+            MAX_DOWNLOAD_BYTES >> 20
+        );
+        return refused(413, &why);
+    };
+    log::warn!("operator downloaded a backup");
+    let name = format!(
+        "cutout-{}-{}.cutout-backup",
+        crate::discovery::hostname(),
+        crate::domain::utc_date(cx.now)
+    );
+    Ok(Response::from_data(bytes)
+        .with_header(header("Content-Type", "application/octet-stream"))
+        .with_header(header(
+            "Content-Disposition",
+            format!("attachment; filename=\"{name}\""),
+        ))
+        .with_header(header("Cache-Control", "no-store")))
 }
 
 fn backdrops_page(cx: &Ctx, flash: Option<&str>, error: Option<(u16, &str)>) -> Handled {

@@ -74,6 +74,11 @@ impl SqliteStore {
         })
     }
 
+    /// The schema this version brings a database to (SQLite's `user_version`).
+    pub fn schema_version() -> usize {
+        schema::latest()
+    }
+
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite consistent (it rolls
         // back), so a poisoned lock is still safe to use.

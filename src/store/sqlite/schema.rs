@@ -63,6 +63,11 @@ const MIGRATIONS: &[&str] = &[
      );",
 ];
 
+/// The schema `migrate` brings a database to.
+pub fn latest() -> usize {
+    MIGRATIONS.len()
+}
+
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {

@@ -1,0 +1,437 @@
+//! One file that brings an appliance back on another card (`cutout backup`,
+//! `cutout restore`): the SQLite database (accounts, keys as stored, every
+//! month's counts, the operator's password hash), the HTTPS certificate and
+//! its key (so that every booth's pin still holds), the backdrops and the
+//! configuration file: a tar archive, sealed under the operator's
+//! passphrase (`seal.rs`).
+//!
+//! A restore reads and checks the whole file before it changes anything:
+//! a wrong passphrase, a file cut short or altered, or one from a newer
+//! cutout leaves the appliance as it was.
+
+use crate::tls;
+
+pub mod seal;
+use anyhow::{anyhow, bail, Context, Result};
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+/// The archive's layout; a restore refuses one it does not know.
+const FORMAT: u32 = 1;
+const MANIFEST: &str = "cutout-backup.json";
+const DATABASE: &str = "cutout.db";
+const CONFIG: &str = "cutout.toml";
+const CERTIFICATE: &str = "tls/certificate.pem";
+const PRIVATE_KEY: &str = "tls/private-key.pem";
+const BACKDROPS: &str = "backdrops";
+pub const MIN_PASSPHRASE_CHARS: usize = 12;
+
+#[derive(Serialize, Deserialize)]
+struct Manifest {
+    format: u32,
+    /// The cutout version that took it.
+    version: String,
+    /// The database's schema (SQLite's `user_version`).
+    schema: usize,
+    taken_at: i64,
+}
+
+/// What a backup holds, as `backup` and `restore` report it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Contents {
+    pub accounts: u64,
+    pub certificate: bool,
+    pub backdrops: usize,
+    pub config: bool,
+}
+
+pub fn check_passphrase(passphrase: &str) -> Result<()> {
+    if passphrase.chars().count() < MIN_PASSPHRASE_CHARS {
+        bail!("the passphrase must have at least {MIN_PASSPHRASE_CHARS} characters");
+    }
+    Ok(())
+}
+
+/// Where the appliance keeps what a backup holds.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    pub data_dir: PathBuf,
+    /// The configuration file in use (it may not exist).
+    pub config: PathBuf,
+    pub tls: Option<crate::config::TlsSettings>,
+}
+
+impl Sources {
+    pub fn of(settings: &crate::config::Settings) -> Sources {
+        Sources {
+            data_dir: settings.data_dir.clone(),
+            config: settings.config_file.clone(),
+            tls: settings.tls.clone(),
+        }
+    }
+}
+
+/// Writes a backup of `appliance` to `to` (through `to.partial`, renamed
+/// when whole). The database is copied by SQLite itself (`VACUUM INTO`: a
+/// read transaction), so a running service goes on serving and charging.
+pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Result<Contents> {
+    check_passphrase(passphrase)?;
+    let database = appliance.data_dir.join(DATABASE);
+    if !database.exists() {
+        bail!("no database at {}: nothing to back up", database.display());
+    }
+    let snapshot = Scratch(
+        appliance
+            .data_dir
+            .join(format!(".backup-{}.db", crate::secrets::random_hex(8))),
+    );
+    let conn = Connection::open(&database)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.execute("VACUUM INTO ?1", [snapshot.0.to_string_lossy()])
+        .context("copying the database")?;
+    drop(conn);
+    let (schema, accounts) = describe(&snapshot.0)?;
+
+    let partial = PathBuf::from(format!("{}.partial", to.display()));
+    let file =
+        fs::File::create(&partial).with_context(|| format!("writing {}", partial.display()))?;
+    let written = Scratch(partial);
+    let sealed = seal::Sealing::new(std::io::BufWriter::new(file), passphrase)?;
+    let mut archive = tar::Builder::new(sealed);
+    let mut contents = Contents {
+        accounts,
+        ..Contents::default()
+    };
+    let manifest = Manifest {
+        format: FORMAT,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        schema,
+        taken_at: now,
+    };
+    append(
+        &mut archive,
+        MANIFEST,
+        &serde_json::to_vec_pretty(&manifest)?,
+        now,
+    )?;
+    append(&mut archive, DATABASE, &fs::read(&snapshot.0)?, now)?;
+    if let Ok(certificate) = tls::existing(appliance.tls.as_ref(), &appliance.data_dir) {
+        append(&mut archive, CERTIFICATE, &certificate.chain_pem, now)?;
+        append(&mut archive, PRIVATE_KEY, &certificate.key_pem, now)?;
+        contents.certificate = true;
+    }
+    let backdrops = appliance.data_dir.join(BACKDROPS);
+    for dir in sorted_entries(&backdrops)? {
+        let id = dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if id.starts_with('.') || !dir.is_dir() {
+            continue; // an upload being written
+        }
+        for file in sorted_entries(&dir)? {
+            let name = file.file_name().unwrap_or_default().to_string_lossy();
+            append(
+                &mut archive,
+                &format!("{BACKDROPS}/{id}/{name}"),
+                &fs::read(&file)?,
+                now,
+            )?;
+        }
+        contents.backdrops += 1;
+    }
+    if let Ok(config) = fs::read(&appliance.config) {
+        append(&mut archive, CONFIG, &config, now)?;
+        contents.config = true;
+    }
+    let file = archive.into_inner()?.finish()?;
+    file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    fs::rename(&written.0, to).with_context(|| format!("writing {}", to.display()))?;
+    Ok(contents)
+}
+
+/// Replaces `appliance`'s accounts, certificate, backdrops and configuration
+/// with the backup's. Refused, with nothing changed, for a wrong passphrase,
+/// a damaged or newer backup, or an appliance with accounts unless
+/// `replace`. The service must be stopped (`cutout restore` checks).
+pub fn restore(
+    appliance: &Sources,
+    passphrase: &str,
+    from: &Path,
+    replace: bool,
+) -> Result<Contents> {
+    let staging = Scratch(
+        appliance
+            .data_dir
+            .join(format!(".restore-{}", crate::secrets::random_hex(8))),
+    );
+    fs::create_dir_all(&staging.0).with_context(|| format!("creating {}", staging.0.display()))?;
+    let manifest = unpack(from, passphrase, &staging.0)?;
+    if manifest.format != FORMAT {
+        bail!(
+            "{} was made by a newer cutout ({}, backup format {}): install that version or newer to restore it",
+            from.display(),
+            manifest.version,
+            manifest.format
+        );
+    }
+    let known = crate::store::SqliteStore::schema_version();
+    if manifest.schema > known {
+        bail!(
+            "{} was made by a newer cutout ({}, database schema {}; this one knows up to {known}): install that version or newer to restore it",
+            from.display(),
+            manifest.version,
+            manifest.schema
+        );
+    }
+    let staged_db = staging.0.join(DATABASE);
+    if !staged_db.exists() {
+        bail!("{} holds no database: not a cutout backup", from.display());
+    }
+    check_integrity(&staged_db)?;
+    // Brought up to this version's schema before anything is replaced.
+    drop(crate::store::SqliteStore::open(&staging.0).context("migrating the backup's database")?);
+    let (_, accounts) = describe(&staged_db)?;
+
+    let database = appliance.data_dir.join(DATABASE);
+    if database.exists() && !replace {
+        let (_, present) = describe(&database)?;
+        if present > 0 {
+            bail!(
+                "this appliance already has {present} account(s): restoring replaces them and their keys (add --yes to go on)"
+            );
+        }
+    }
+
+    let mut contents = Contents {
+        accounts,
+        ..Contents::default()
+    };
+    for suffix in ["-wal", "-shm"] {
+        let _ = fs::remove_file(format!("{}{suffix}", database.display()));
+    }
+    fs::rename(&staged_db, &database)?;
+    let (cert, key) = (staging.0.join(CERTIFICATE), staging.0.join(PRIVATE_KEY));
+    if cert.exists() && key.exists() {
+        let (to_cert, to_key) = tls::made_paths(&appliance.data_dir);
+        let certificate = tls::Certificate {
+            chain_pem: fs::read(&cert)?,
+            key_pem: fs::read(&key)?,
+            fingerprint: String::new(),
+        };
+        tls::save(&to_cert, &to_key, &certificate)?;
+        contents.certificate = true;
+    }
+    let backdrops = appliance.data_dir.join(BACKDROPS);
+    let staged_backdrops = staging.0.join(BACKDROPS);
+    let _ = fs::remove_dir_all(&backdrops);
+    if staged_backdrops.exists() {
+        contents.backdrops = sorted_entries(&staged_backdrops)?.len();
+        fs::rename(&staged_backdrops, &backdrops)?;
+    }
+    let staged_config = staging.0.join(CONFIG);
+    let config_dir = appliance.config.parent().filter(|d| d.is_dir());
+    if staged_config.exists() && config_dir.is_some() {
+        let config = fs::read(&staged_config)?;
+        if fs::read(&appliance.config).ok().as_ref() != Some(&config) {
+            if appliance.config.exists() {
+                let kept = format!("{}.before-restore", appliance.config.display());
+                fs::copy(&appliance.config, &kept)?;
+            }
+            let partial = format!("{}.partial", appliance.config.display());
+            fs::write(&partial, &config)?;
+            fs::rename(&partial, &appliance.config)?;
+        }
+        contents.config = true;
+    }
+    give_to_the_data_dirs_owner(&appliance.data_dir)?;
+    Ok(contents)
+}
+
+/// Decrypts and unpacks `from` into `staging`, to the end of the stream
+/// (whose last chunk proves nothing was cut off), keeping only the names a
+/// backup has.
+fn unpack(from: &Path, passphrase: &str, staging: &Path) -> Result<Manifest> {
+    let file = fs::File::open(from).with_context(|| format!("reading {}", from.display()))?;
+    let not_a_backup = || anyhow!("{} is not a cutout backup", from.display());
+    let damaged = || {
+        anyhow!(
+            "{} is damaged (cut short or altered): nothing was restored",
+            from.display()
+        )
+    };
+    let reader =
+        seal::Opening::new(std::io::BufReader::new(file), passphrase).map_err(|e| match e {
+            seal::OpenError::NotSealed => not_a_backup(),
+            seal::OpenError::TooCostly(why) => anyhow!("{}: {why}", from.display()),
+            seal::OpenError::WrongPassphrase => anyhow!(
+                "wrong passphrase for {} (or its first bytes are damaged)",
+                from.display()
+            ),
+            seal::OpenError::Damaged => damaged(),
+        })?;
+    let mut archive = tar::Archive::new(reader);
+    let mut manifest = None;
+    for entry in archive.entries().map_err(|_| damaged())? {
+        let mut entry = entry.map_err(|_| damaged())?;
+        let name = entry.path().map_err(|_| damaged())?.into_owned();
+        let mut bytes = vec![];
+        entry.read_to_end(&mut bytes).map_err(|_| damaged())?;
+        let Some(relative) = known_name(&name) else {
+            bail!(
+                "{} holds {}, which no cutout backup has",
+                from.display(),
+                name.display()
+            );
+        };
+        if relative == Path::new(MANIFEST) {
+            manifest = Some(serde_json::from_slice::<Manifest>(&bytes).map_err(|_| damaged())?);
+            continue;
+        }
+        let path = staging.join(relative);
+        fs::create_dir_all(path.parent().expect("a file in a directory"))?;
+        fs::write(&path, bytes)?;
+    }
+    std::io::copy(&mut archive.into_inner(), &mut std::io::sink()).map_err(|_| damaged())?;
+    manifest.ok_or_else(not_a_backup)
+}
+
+/// `name` if a backup may hold it: the fixed files, and a backdrop's files
+/// one directory deep, with no `..` or absolute parts.
+fn known_name(name: &Path) -> Option<&Path> {
+    let parts: Vec<_> = name.components().collect();
+    if !parts.iter().all(|c| matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    let fixed = [MANIFEST, DATABASE, CONFIG, CERTIFICATE, PRIVATE_KEY];
+    let known = fixed.iter().any(|f| name == Path::new(f))
+        || (parts.len() == 3 && parts[0].as_os_str() == BACKDROPS);
+    known.then_some(name)
+}
+
+fn check_integrity(database: &Path) -> Result<()> {
+    let conn = Connection::open(database)?;
+    let verdict: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .context("checking the backup's database")?;
+    if verdict != "ok" {
+        bail!("the backup's database fails SQLite's integrity check: {verdict}");
+    }
+    Ok(())
+}
+
+/// The database's schema version and its number of accounts.
+fn describe(database: &Path) -> Result<(usize, u64)> {
+    let conn = Connection::open(database)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let schema: usize = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let accounts = conn
+        .query_row("SELECT count(*) FROM accounts", [], |r| r.get(0))
+        .unwrap_or(0);
+    Ok((schema, accounts))
+}
+
+fn append(
+    archive: &mut tar::Builder<impl Write>,
+    name: &str,
+    bytes: &[u8],
+    now: i64,
+) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o600);
+    header.set_mtime(now.max(0) as u64);
+    header.set_entry_type(tar::EntryType::Regular);
+    archive.append_data(&mut header, name, bytes)?;
+    Ok(())
+}
+
+/// The entries of `dir` by name; none if it does not exist.
+fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut paths = match fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.map(|e| e.path()))
+            .collect::<std::io::Result<Vec<_>>>()?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    paths.sort();
+    Ok(paths)
+}
+
+/// Run as root (`sudo cutout restore`), the restored files would be root's,
+/// and the service's user could not open them: they become the data
+/// directory's owner's.
+fn give_to_the_data_dirs_owner(data_dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::metadata(data_dir)?;
+    let mut paths = vec![data_dir.join(DATABASE)];
+    for dir in [data_dir.join("tls"), data_dir.join(BACKDROPS)] {
+        if !dir.exists() {
+            continue;
+        }
+        paths.push(dir.clone());
+        for entry in sorted_entries(&dir)? {
+            paths.extend(sorted_entries(&entry).unwrap_or_default());
+            paths.push(entry);
+        }
+    }
+    for path in paths {
+        let current = fs::metadata(&path)?;
+        if (current.uid(), current.gid()) != (owner.uid(), owner.gid()) {
+            std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid())).with_context(
+                || format!("giving {} to the data directory's owner", path.display()),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// A file or directory removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0).or_else(|_| fs::remove_file(&self.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_backups_own_names_are_unpacked() {
+        for name in [
+            MANIFEST,
+            DATABASE,
+            CONFIG,
+            CERTIFICATE,
+            PRIVATE_KEY,
+            "backdrops/a1/name",
+        ] {
+            assert!(known_name(Path::new(name)).is_some(), "{name}");
+        }
+        for name in [
+            "../cutout.db",
+            "/etc/passwd",
+            "backdrops/../../x",
+            "backdrops/a1",
+            "backdrops/a1/b/c",
+            "tls/other.pem",
+            "cutout.db/x",
+        ] {
+            assert!(known_name(Path::new(name)).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_short_passphrase_is_refused() {
+        assert!(check_passphrase("eleven char").is_err());
+        assert!(check_passphrase("twelve chars").is_ok());
+    }
+}

@@ -1,0 +1,396 @@
+//! `cutout backup` and `cutout restore`: an appliance brought back on
+//! another card, where a booth paired with the old one (its key and pinned
+//! certificate, untouched) goes on cutting out, charged to the same month;
+//! and every bad backup refused with nothing changed.
+
+use crate::helpers::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const PASSPHRASE: &str = "correct horse battery staple";
+
+/// `cutout` on `data` with the configuration file `data/cutout.toml` (made
+/// empty if missing), the
+/// passphrase in a file, and more environment.
+fn cutout(data: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    std::fs::create_dir_all(data).unwrap();
+    if !data.join("cutout.toml").exists() {
+        std::fs::write(data.join("cutout.toml"), "").unwrap();
+    }
+    let passphrase = data.with_extension("passphrase");
+    std::fs::write(&passphrase, format!("{PASSPHRASE}\n")).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--config")
+        .arg(data.join("cutout.toml"))
+        .args(args)
+        .arg("--passphrase-file")
+        .arg(&passphrase)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The appliance over HTTPS, its certificate's fingerprint as the log says it.
+fn serve_https(data: &Path) -> (Server, std::net::SocketAddr, String) {
+    let env = [("CUTOUT_TLS_LISTEN", "127.0.0.1:0".to_owned())];
+    let server = Server::start_with(data, &models_dir(), "warn,cutout::http=info", &[], &env);
+    let log = server.log_once_it_says("certificate SHA-256 fingerprint");
+    let line = log.lines().find(|l| l.contains("HTTPS on ")).unwrap();
+    let (_, after) = line.split_once("HTTPS on ").unwrap();
+    let (https, after) = after.split_once(';').unwrap();
+    let fingerprint = after.rsplit(' ').next().unwrap().trim().to_owned();
+    (server, https.parse().unwrap(), fingerprint)
+}
+
+/// A booth's cut-out over HTTPS, the certificate pinned.
+fn pinned_cut_out(https: std::net::SocketAddr, fingerprint: &str, key: &str) -> Reply {
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(64, 48));
+    let headers = [
+        ("X-Api-Key".to_owned(), key.to_owned()),
+        ("Content-Type".to_owned(), form.content_type()),
+    ];
+    let raw = raw_request(https, "POST", "/api/remove-bg", &headers, &form.body());
+    send_pinned(https, fingerprint, &raw).unwrap()
+}
+
+/// This month's count of `account`, as `cutout usage` says it.
+fn used(data: &Path, account: &str) -> u32 {
+    let said = cutout_cli(data, &["usage", account]);
+    let (_, count) = said.split_once(": ").unwrap();
+    count.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// An appliance with the Pro account `booth`, two cut-outs charged, a
+/// backdrop, an edited configuration and a made certificate; its data
+/// directory, the booth's key and the certificate's fingerprint.
+fn used_appliance(root: &Path) -> (PathBuf, String, String) {
+    let data = root.join("old");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("cutout.toml"),
+        "# the operator's edit\nmodel = \"u2netp\"\n",
+    )
+    .unwrap();
+    let key = cli_account(&data, "booth", "pro");
+    let background = root.join("beach.jpg");
+    std::fs::write(&background, jpeg(1600, 1200)).unwrap();
+    cutout_cli(
+        &data,
+        &["backdrop", "add", "Beach", background.to_str().unwrap()],
+    );
+    let (server, https, fingerprint) = serve_https(&data);
+    for _ in 0..2 {
+        assert_eq!(pinned_cut_out(https, &fingerprint, &key).status, 200);
+    }
+    server.stop();
+    (data, key, fingerprint)
+}
+
+#[test]
+fn a_booth_paired_with_the_old_card_cuts_out_on_the_restored_one_charged_to_the_same_month() {
+    let root = tempfile::tempdir().unwrap();
+    let (old, key, fingerprint) = used_appliance(root.path());
+    let file = root.path().join("appliance.cutout-backup");
+    let out = cutout(&old, &["backup", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("1 account(s), HTTPS certificate, 1 backdrop(s), configuration file"),
+        "{said}"
+    );
+    // Nothing of it readable without the passphrase.
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(bytes.starts_with(b"cutout-backup\n"));
+    assert!(!bytes.windows(11).any(|w| w == b"PRIVATE KEY"));
+
+    let new = root.path().join("new");
+    std::fs::create_dir_all(&new).unwrap();
+    let out = cutout(&new, &["restore", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(new.join("cutout.toml")).unwrap(),
+        std::fs::read_to_string(old.join("cutout.toml")).unwrap()
+    );
+    assert_eq!(used(&new, "booth"), 2);
+    assert!(cutout_cli(&new, &["backdrop", "list"]).contains("Beach"));
+
+    let (server, https, restored) = serve_https(&new);
+    assert_eq!(restored, fingerprint, "the booth's pin holds");
+    let reply = pinned_cut_out(https, &fingerprint, &key);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-ratelimit-remaining"), Some("497"));
+    server.stop();
+    assert_eq!(used(&new, "booth"), 3, "the month's count goes on");
+}
+
+#[test]
+fn a_backup_under_nonstop_requests_fails_none_and_delays_none_by_a_second() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let key = cli_account(&data, "booth", "business");
+    // Backdrops make the file megabytes, as on a booth's appliance.
+    for n in 0..4 {
+        let background = root.path().join(format!("{n}.jpg"));
+        std::fs::write(&background, jpeg(4000, 3000)).unwrap();
+        cutout_cli(
+            &data,
+            &[
+                "backdrop",
+                "add",
+                &format!("b{n}"),
+                background.to_str().unwrap(),
+            ],
+        );
+    }
+    let server = Server::start(&data, "warn", &[]);
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(320, 240));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let file = root.path().join("nonstop.cutout-backup");
+    // A client calling nonstop: each call's start and end.
+    let (calls, window) = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            let mut calls = vec![];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let started = Instant::now();
+                let reply = post_form(server.addr, Some(&key), &form);
+                assert_eq!(reply.status, 200, "{}", reply.text());
+                calls.push((started, Instant::now()));
+            }
+            calls
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        let started = Instant::now();
+        let out = cutout(&data, &["backup", file.to_str().unwrap()], &[]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let window = (started, Instant::now());
+        std::thread::sleep(Duration::from_secs(3));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (client.join().unwrap(), window)
+    });
+    let took = |(start, end): &(Instant, Instant)| *end - *start;
+    let longest =
+        |calls: &[&(Instant, Instant)]| calls.iter().map(|&&(start, end)| end - start).max();
+    let (during, alone): (Vec<_>, Vec<_>) = calls
+        .iter()
+        .partition(|(start, end)| *start < window.1 && *end > window.0);
+    let worst = longest(&during).expect("a call during the backup");
+    let usual = longest(&alone).unwrap();
+    eprintln!(
+        "backup of {:.1} MB in {:.2?}; {} calls during it, the slowest {worst:.2?} (otherwise {usual:.2?})",
+        std::fs::metadata(&file).unwrap().len() as f64 / 1e6,
+        took(&window),
+        during.len()
+    );
+    assert!(
+        worst <= usual + Duration::from_secs(1),
+        "{worst:?} against {usual:?}"
+    );
+    server.stop();
+    assert_eq!(used(&data, "booth") as usize, calls.len());
+}
+
+#[test]
+fn bad_backups_are_refused_with_what_was_wrong_and_the_appliance_unchanged() {
+    let root = tempfile::tempdir().unwrap();
+    let (old, _, _) = used_appliance(root.path());
+    let good = root.path().join("good.cutout-backup");
+    assert!(cutout(&old, &["backup", good.to_str().unwrap()], &[])
+        .status
+        .success());
+    let bytes = std::fs::read(&good).unwrap();
+
+    // The appliance restored onto: its own account, its own count.
+    let target = root.path().join("target");
+    cli_account(&target, "local", "pro");
+    cutout_cli(&target, &["usage", "set", "local", "--count", "7"]);
+    std::fs::write(target.join("cutout.toml"), "").unwrap();
+    let before = std::fs::read(target.join("cutout.db")).unwrap();
+
+    let mut flipped = bytes.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x01;
+    let mut header_flipped = bytes.clone();
+    header_flipped[40] ^= 0x01;
+    let newer = with_manifest(&good, |m| m["schema"] = 999.into());
+    let newer_format = with_manifest(&good, |m| m["format"] = 2.into());
+    // A changed salt is a wrong passphrase to scrypt: either message.
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("wrong passphrase", bytes.clone(), "wrong passphrase"),
+        ("truncated", bytes[..bytes.len() - 100].to_vec(), "damaged"),
+        (
+            "cut in the header",
+            bytes[..30].to_vec(),
+            "not a cutout backup",
+        ),
+        ("a byte flipped in the middle", flipped, "damaged"),
+        (
+            "a byte flipped in the header's salt",
+            header_flipped,
+            "wrong passphrase",
+        ),
+        ("from a newer schema", newer, "newer cutout"),
+        ("from a newer format", newer_format, "newer cutout"),
+        ("not a backup", jpeg(64, 48), "not a cutout backup"),
+        ("over accounts without --yes", bytes.clone(), "--yes"),
+    ];
+    for (what, file_bytes, expected) in cases {
+        let file = root.path().join("bad.cutout-backup");
+        std::fs::write(&file, &file_bytes).unwrap();
+        let out = if what == "wrong passphrase" {
+            let wrong = root.path().join("wrong");
+            std::fs::write(&wrong, "not the passphrase at all\n").unwrap();
+            Command::new(env!("CARGO_BIN_EXE_cutout"))
+                .arg("--data-dir")
+                .arg(&target)
+                .arg("--config")
+                .arg(target.join("cutout.toml"))
+                .args(["restore", file.to_str().unwrap(), "--passphrase-file"])
+                .arg(&wrong)
+                .output()
+                .unwrap()
+        } else {
+            cutout(&target, &["restore", file.to_str().unwrap()], &[])
+        };
+        let said = stderr(&out);
+        assert!(!out.status.success(), "{what}: restored");
+        assert!(said.contains(expected), "{what}: {said}");
+        assert!(!said.contains("panicked"), "{what}: {said}");
+        assert_eq!(
+            std::fs::read(target.join("cutout.db")).unwrap(),
+            before,
+            "{what}: the database changed"
+        );
+        assert!(
+            !target.join("tls").exists(),
+            "{what}: a certificate appeared"
+        );
+        assert_eq!(
+            std::fs::read(target.join("cutout.toml")).unwrap(),
+            b"",
+            "{what}: the configuration changed"
+        );
+        let left: Vec<_> = std::fs::read_dir(&target)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{what}: left {left:?}");
+        eprintln!("{what}: {}", said.trim());
+    }
+    assert_eq!(used(&target, "local"), 7);
+
+    // While the service answers: refused too.
+    let server = Server::start(&target, "warn", &[]);
+    let listen = [("CUTOUT_LISTEN", server.addr.to_string())];
+    let out = cutout(
+        &target,
+        &["restore", good.to_str().unwrap(), "--yes"],
+        &listen,
+    );
+    assert!(
+        stderr(&out).contains("stop the service first"),
+        "{}",
+        stderr(&out)
+    );
+    server.stop();
+
+    // With --yes, the backup's accounts replace this appliance's.
+    let out = cutout(&target, &["restore", good.to_str().unwrap(), "--yes"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let accounts = cutout_cli(&target, &["account", "list"]);
+    assert!(
+        accounts.contains("booth") && !accounts.contains("local"),
+        "{accounts}"
+    );
+}
+
+/// `backup` sealed again with its manifest changed by `edit`.
+fn with_manifest(backup: &Path, edit: impl Fn(&mut serde_json::Value)) -> Vec<u8> {
+    use cutout::backup::seal::{Opening, Sealing};
+    use std::io::Read;
+    let file = std::io::BufReader::new(std::fs::File::open(backup).unwrap());
+    let mut archive = tar::Archive::new(Opening::new(file, PASSPHRASE).unwrap());
+    let mut builder = tar::Builder::new(Sealing::new(vec![], PASSPHRASE).unwrap());
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().into_owned();
+        let mut bytes = vec![];
+        entry.read_to_end(&mut bytes).unwrap();
+        if name == Path::new("cutout-backup.json") {
+            let mut manifest: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            edit(&mut manifest);
+            bytes = serde_json::to_vec(&manifest).unwrap();
+        }
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o600);
+        builder.append_data(&mut header, &name, &bytes[..]).unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+#[test]
+fn the_operator_downloads_from_the_dashboard_a_backup_that_restores() {
+    let app = spawn_app();
+    app.account("booth", "pro");
+    let operator = app.admin();
+    let page = operator.get("/admin/backup");
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("Download a backup"), "{}", page.text());
+    let csrf = operator.csrf("/admin/backup");
+    let post = |passphrase: &str, again: &str| {
+        operator.post(
+            "/admin/backup",
+            &[
+                ("csrf", &csrf),
+                ("passphrase", passphrase),
+                ("passphrase_again", again),
+            ],
+        )
+    };
+    let differ = post(PASSPHRASE, "another passphrase entirely");
+    assert_eq!(differ.status, 400);
+    assert!(differ.text().contains("The two passphrases differ."));
+    let short = post("too short", "too short");
+    assert_eq!(short.status, 400);
+    assert!(short.text().contains("at least 12 characters"));
+    let stranger = Browser::new(&app).post(
+        "/admin/backup",
+        &[("passphrase", PASSPHRASE), ("passphrase_again", PASSPHRASE)],
+    );
+    assert_ne!(stranger.status, 200);
+
+    let reply = post(PASSPHRASE, PASSPHRASE);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let disposition = reply.header("content-disposition").unwrap();
+    assert!(
+        disposition.starts_with("attachment; filename=\"cutout-")
+            && disposition.ends_with(".cutout-backup\""),
+        "{disposition}"
+    );
+    assert!(reply.body.starts_with(b"cutout-backup\n"));
+    let leftovers: Vec<_> = std::fs::read_dir(app.data_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("from-the-dashboard.cutout-backup");
+    std::fs::write(&file, &reply.body).unwrap();
+    let fresh = root.path().join("fresh");
+    let out = cutout(&fresh, &["restore", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(used(&fresh, "booth"), 0);
+}
