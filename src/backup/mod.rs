@@ -117,7 +117,7 @@ pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Resul
         &serde_json::to_vec_pretty(&manifest)?,
         now,
     )?;
-    append(&mut archive, DATABASE, &fs::read(&snapshot.0)?, now)?;
+    append_file(&mut archive, DATABASE, &snapshot.0, now)?;
     if let Ok(certificate) = tls::existing(appliance.tls.as_ref(), &appliance.data_dir) {
         append(&mut archive, CERTIFICATE, &certificate.chain_pem, now)?;
         append(&mut archive, PRIVATE_KEY, &certificate.key_pem, now)?;
@@ -135,10 +135,10 @@ pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Resul
         }
         for file in sorted_entries(&dir)? {
             let name = file.file_name().unwrap_or_default().to_string_lossy();
-            append(
+            append_file(
                 &mut archive,
                 &format!("{BACKDROPS}/{id}/{name}"),
-                &fs::read(&file)?,
+                &file,
                 now,
             )?;
         }
@@ -279,8 +279,6 @@ fn unpack(from: &Path, passphrase: &str, staging: &Path) -> Result<Manifest> {
     for entry in archive.entries().map_err(|_| damaged())? {
         let mut entry = entry.map_err(|_| damaged())?;
         let name = entry.path().map_err(|_| damaged())?.into_owned();
-        let mut bytes = vec![];
-        entry.read_to_end(&mut bytes).map_err(|_| damaged())?;
         let Some(relative) = known_name(&name) else {
             bail!(
                 "{} holds {}, which no cutout backup has",
@@ -289,12 +287,15 @@ fn unpack(from: &Path, passphrase: &str, staging: &Path) -> Result<Manifest> {
             );
         };
         if relative == Path::new(MANIFEST) {
+            let mut bytes = vec![];
+            entry.read_to_end(&mut bytes).map_err(|_| damaged())?;
             manifest = Some(serde_json::from_slice::<Manifest>(&bytes).map_err(|_| damaged())?);
             continue;
         }
         let path = staging.join(relative);
         fs::create_dir_all(path.parent().expect("a file in a directory"))?;
-        fs::write(&path, bytes)?;
+        let mut file = fs::File::create(&path)?;
+        std::io::copy(&mut entry, &mut file).map_err(|_| damaged())?;
     }
     std::io::copy(&mut archive.into_inner(), &mut std::io::sink()).map_err(|_| damaged())?;
     manifest.ok_or_else(not_a_backup)
@@ -341,12 +342,35 @@ fn append(
     bytes: &[u8],
     now: i64,
 ) -> Result<()> {
+    append_read(archive, name, bytes.len() as u64, bytes, now)
+}
+
+/// The file at `path`, streamed: a backdrop or the database is not held
+/// in memory whole.
+fn append_file(
+    archive: &mut tar::Builder<impl Write>,
+    name: &str,
+    path: &Path,
+    now: i64,
+) -> Result<()> {
+    let file = fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let size = file.metadata()?.len();
+    append_read(archive, name, size, file.take(size), now)
+}
+
+fn append_read(
+    archive: &mut tar::Builder<impl Write>,
+    name: &str,
+    size: u64,
+    data: impl Read,
+    now: i64,
+) -> Result<()> {
     let mut header = tar::Header::new_gnu();
-    header.set_size(bytes.len() as u64);
+    header.set_size(size);
     header.set_mode(0o600);
     header.set_mtime(now.max(0) as u64);
     header.set_entry_type(tar::EntryType::Regular);
-    archive.append_data(&mut header, name, bytes)?;
+    archive.append_data(&mut header, name, data)?;
     Ok(())
 }
 
