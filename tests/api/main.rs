@@ -34,3 +34,4 @@ mod soak;
 mod store;
 mod transport;
 mod types;
+mod upgrade;

@@ -60,10 +60,18 @@ pub fn spawn_app() -> TestApp {
 }
 
 pub fn spawn_app_with(engine: EngineSource, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_app_in(tempfile::tempdir().unwrap(), engine, tweak)
+}
+
+/// The app on a data directory the test has filled.
+pub fn spawn_app_in(
+    data_dir: tempfile::TempDir,
+    engine: EngineSource,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestApp {
     if std::env::var_os("TEST_LOG").is_some() {
         let _ = env_logger::builder().is_test(true).try_init();
     }
-    let data_dir = tempfile::tempdir().unwrap();
     let (clock, now) = Clock::manual(MID_MARCH);
     let mut settings = Settings {
         data_dir: data_dir.path().to_owned(),
