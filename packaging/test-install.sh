@@ -2,7 +2,8 @@
 # Installs a cutout .deb on a fresh Debian 12 in a chroot (debootstrap,
 # minbase; no container runtime needed), then, against the installed files:
 # `cutout --version`, the packaged configuration, and the API served by the
-# service user, with an account and a key made by the installed CLI.
+# service user, with an account and a key made by the installed CLI; an
+# upgrade over it and a purge.
 # Usage (as root): packaging/test-install.sh target/debian/cutout_*.deb photo.jpg
 set -eu
 deb=$(realpath "$1")
@@ -79,4 +80,39 @@ as_cutout cutout --config /etc/cutout/cutout.toml bench --seconds 20 > "$root/tm
 grep -q "^u2netp on onnxruntime: .* s per 12 MP photo, peak .* MiB" "$root/tmp/bench.txt"
 grep -q "^recommended for this board" "$root/tmp/bench.txt"
 test "$(chroot "$root" stat -c %U /var/lib/cutout/bench.json)" = cutout
-echo "installed package: --version, configuration, service user, HTTPS and API on both engines, bench all work"
+
+# An upgrade: the same files relabelled as a newer version, so that dpkg
+# takes its upgrade path (the maintainer scripts, the conffile, the state
+# directory left alone). The operator's edit of cutout.toml, the accounts,
+# keys, counts and certificate stay, and the key from before cuts out.
+# (tests/api/upgrade.rs migrates a database of every earlier schema.)
+cli() { as_cutout cutout --config /etc/cutout/cutout.toml "$@"; }
+used() { cli usage booth | awk '{print $3}'; }
+fingerprint=$(cli tls fingerprint)
+echo "# edited by the operator" >> "$root/etc/cutout/cutout.toml"
+edited=$(sha256sum < "$root/etc/cutout/cutout.toml")
+before=$(used)
+dpkg-deb -R "$deb" "$root/tmp/next"
+sed -i 's/^Version: .*/&+next/' "$root/tmp/next/DEBIAN/control"
+dpkg-deb -b -Znone "$root/tmp/next" "$root/tmp/cutout-next.deb" >/dev/null
+rm -rf "$root/tmp/next"
+chroot "$root" apt-get install -y -qq /tmp/cutout-next.deb
+test "$(chroot "$root" dpkg-query -W -f '${Version}' cutout)" = "$(dpkg-deb -f "$deb" Version)+next"
+test "$(sha256sum < "$root/etc/cutout/cutout.toml")" = "$edited"
+test "$(cli tls fingerprint)" = "$fingerprint"
+test "$(used)" = "$before"
+cut_out_with tract
+test "$(used)" = $((before + 1))
+
+# A purge removes the state directory (the HTTPS private key among it),
+# /etc/cutout and the service user: installed again, it is a new appliance.
+chroot "$root" apt-get purge -y -qq cutout
+for left in /var/lib/cutout /etc/cutout; do
+    if [ -e "$root$left" ]; then echo "purge left $left"; exit 1; fi
+done
+if chroot "$root" getent passwd cutout || chroot "$root" getent group cutout; then
+    echo "purge left the cutout user or group"; exit 1
+fi
+chroot "$root" apt-get install -y -qq /tmp/cutout.deb
+test "$(cli account list | wc -l)" = 1
+echo "installed package: --version, configuration, service user, HTTPS and API on both engines, bench, an upgrade that keeps the data and the edited configuration, and a purge all work"
