@@ -82,7 +82,7 @@ enum Command {
     Backdrop(BackdropCommand),
     /// Save the accounts, keys, counts, operator password, HTTPS
     /// certificate, backdrops and configuration into FILE, encrypted with a
-    /// passphrase (age): read from --passphrase-file, or typed twice. The
+    /// passphrase (argon2id, XChaCha20-Poly1305): read from --passphrase-file, or typed twice. The
     /// service goes on serving meanwhile.
     Backup {
         file: PathBuf,
@@ -351,7 +351,16 @@ fn fall_back_from_a_crashing_onnxruntime(settings: &mut Settings) {
 
 /// Runs the command `cli` names.
 pub fn run(cli: Cli) -> Result<()> {
-    let settings = settings(&cli)?;
+    let mut settings = settings(&cli)?;
+    if matches!(cli.command, Command::Serve { .. }) {
+        let sources = crate::backup::Sources::of(&settings);
+        if let Some(contents) = crate::backup::finish_pending(&sources)? {
+            log::warn!("restored the backup uploaded on the setup page: {contents}");
+            if contents.config {
+                settings = self::settings(&cli)?;
+            }
+        }
+    }
     let clock = Clock::default();
     let now = clock.now_unix();
     let data_dir = settings.data_dir.clone();
@@ -525,7 +534,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let passphrase = read_passphrase(passphrase_file.as_deref(), true)?;
             let sources = crate::backup::Sources::of(&settings);
             let contents = crate::backup::take(&sources, &passphrase, &file, now)?;
-            println!("{}: {}", file.display(), describe_backup(&contents));
+            println!("{}: {}", file.display(), contents);
             Ok(())
         }
         Command::Restore {
@@ -542,7 +551,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let contents = crate::backup::restore(&sources, &passphrase, &file, yes)?;
             println!(
                 "restored {}; start the service (systemctl start cutout)",
-                describe_backup(&contents)
+                contents
             );
             Ok(())
         }
@@ -594,17 +603,6 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
-}
-
-fn describe_backup(contents: &crate::backup::Contents) -> String {
-    let no = |present: bool| if present { "" } else { "no " };
-    format!(
-        "{} account(s), {}HTTPS certificate, {} backdrop(s), {}configuration file",
-        contents.accounts,
-        no(contents.certificate),
-        contents.backdrops,
-        no(contents.config),
-    )
 }
 
 /// A restore under a running service would be overwritten by it, or

@@ -83,6 +83,8 @@ pub struct Settings {
     pub pairing_account: Option<String>,
     pub pairing_expire_seconds: i64,
     pub setup_console: Option<PathBuf>,
+    /// Backups on a schedule; `None`: only when asked.
+    pub backup: Option<BackupSchedule>,
 }
 
 const DEFAULT_UPLOAD_BUFFER_MIB: u64 = 160;
@@ -237,6 +239,28 @@ pub struct SetupConfig {
     pub console: Option<PathBuf>,
 }
 
+/// The `[backup]` table: a backup every `every_hours` into `dir` (a USB
+/// stick), the newest `keep` kept.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupConfig {
+    pub dir: Option<PathBuf>,
+    /// The passphrase the backups are encrypted with, on its first line.
+    pub passphrase_file: Option<PathBuf>,
+    pub every_hours: Option<f64>,
+    pub keep: Option<usize>,
+}
+
+/// `[backup]` with its defaults filled in (backup/schedule.rs runs it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackupSchedule {
+    pub dir: PathBuf,
+    /// Read at each backup, so that the passphrase is not held in memory.
+    pub passphrase_file: PathBuf,
+    pub every: Duration,
+    pub keep: usize,
+}
+
 /// HTTPS: where it listens, its certificate, and whether plain HTTP stays.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TlsSettings {
@@ -291,6 +315,8 @@ pub struct Config {
     pub pairing: PairingConfig,
     #[serde(default)]
     pub setup: SetupConfig,
+    #[serde(default)]
+    pub backup: BackupConfig,
 }
 
 /// The `[fetch]` table: where remove.bg's `image_url` and `bg_image_url`
@@ -542,6 +568,12 @@ impl Config {
             setup: SetupConfig {
                 console: self.setup.console.or(lower.setup.console),
             },
+            backup: BackupConfig {
+                dir: self.backup.dir.or(lower.backup.dir),
+                passphrase_file: self.backup.passphrase_file.or(lower.backup.passphrase_file),
+                every_hours: self.backup.every_hours.or(lower.backup.every_hours),
+                keep: self.backup.keep.or(lower.backup.keep),
+            },
         }
     }
 }
@@ -561,6 +593,7 @@ const SECTIONS: &[&str] = &[
     "button",
     "pairing",
     "setup",
+    "backup",
 ];
 
 /// Keys whose environment variable is a comma-separated list.
@@ -757,8 +790,33 @@ impl Settings {
                 Some(s) => s.into(),
             },
             setup_console: config.setup.console,
+            backup: backup_schedule(config.backup)?,
         })
     }
+}
+
+fn backup_schedule(config: BackupConfig) -> Result<Option<BackupSchedule>, ConfigError> {
+    let Some(dir) = config.dir else {
+        return Ok(None);
+    };
+    let invalid = |why: &str| Err(ConfigError::Invalid(format!("backup.{why}")));
+    let Some(passphrase_file) = config.passphrase_file else {
+        return invalid("passphrase_file must be set with backup.dir");
+    };
+    let every_hours = config.every_hours.unwrap_or(24.0);
+    if !(every_hours > 0.0 && every_hours <= 24.0 * 365.0) {
+        return invalid("every_hours must be more than 0 and at most a year's");
+    }
+    let keep = config.keep.unwrap_or(7);
+    if keep == 0 {
+        return invalid("keep must be at least 1");
+    }
+    Ok(Some(BackupSchedule {
+        dir,
+        passphrase_file,
+        every: Duration::from_secs_f64(every_hours * 3600.0),
+        keep,
+    }))
 }
 
 #[cfg(test)]

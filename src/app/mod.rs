@@ -12,6 +12,7 @@ pub mod tries;
 pub use crate::pipeline::Held;
 pub use admission::{Admission, Charge, Charged, Upload};
 
+use crate::backup::schedule::Scheduled;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::domain::SubjectType;
@@ -62,6 +63,8 @@ pub struct AppState {
     pub data_dir: PathBuf,
     /// What a backup from the dashboard holds, and where it is.
     pub backup_sources: crate::backup::Sources,
+    /// Backups on a schedule (`[backup] dir`), and the last one.
+    pub backups: Option<Arc<Scheduled>>,
     /// What `type=auto` serves and why, and the board's measurement while
     /// it runs: lines for the Status page, kept by whoever chooses.
     pub ladder: Mutex<Vec<String>>,
@@ -77,7 +80,8 @@ pub struct AppState {
     setup_page: String,
     setup_console: Option<PathBuf>,
     stopping: AtomicBool,
-    in_flight: AtomicUsize,
+    /// Shared with the thread that starts the program again (`restart`).
+    in_flight: Arc<AtomicUsize>,
 }
 
 /// The setup page's address as a person types it: the host's mDNS name,
@@ -201,6 +205,7 @@ impl AppState {
             engine_note: settings.engine_note.clone(),
             data_dir: settings.data_dir.clone(),
             backup_sources: crate::backup::Sources::of(settings),
+            backups: settings.backup.clone().map(|s| Arc::new(Scheduled::new(s))),
             ladder: Mutex::new(Vec::new()),
             fetch_allow: settings.fetch_allow.clone(),
             pairings: Pairings::new(settings.pairing_expire_seconds),
@@ -209,7 +214,7 @@ impl AppState {
             setup_page,
             setup_console: settings.setup_console.clone(),
             stopping: AtomicBool::new(false),
-            in_flight: AtomicUsize::new(0),
+            in_flight: Arc::new(AtomicUsize::new(0)),
         });
         if let Some((token, code)) = state.dashboard.setup.lock().link() {
             state.show_setup_code(code);
@@ -219,6 +224,12 @@ impl AppState {
                  with `cutout admin set-password`.",
                 state.setup_page
             );
+        }
+        if let Some(backups) = state.backups.clone() {
+            let (sources, state) = (state.backup_sources.clone(), Arc::downgrade(&state));
+            thread::spawn(move || {
+                backups.run(&sources, || state.upgrade().is_none_or(|s| s.is_stopping()));
+            });
         }
         // The configured model loads in the background: the API answers 503 until then.
         let loading = state.clone();
@@ -248,6 +259,30 @@ impl AppState {
     /// Waits until no request is in flight, or until `deadline`.
     pub fn requests_in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Refuses new requests and, once those in flight are answered (the
+    /// one asking among them) or after 30 s, runs this program again in
+    /// this process: what is in place only on start (a restore from the
+    /// setup page) is then. exec keeps the pid, so systemd's unit goes on;
+    /// should exec fail, the exit status asks systemd for a restart.
+    pub fn restart(&self) {
+        self.stop_taking_requests();
+        let in_flight = self.in_flight.clone();
+        thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(20));
+            }
+            use std::os::unix::process::CommandExt;
+            let args: Vec<_> = std::env::args_os().collect();
+            let error = match std::env::current_exe() {
+                Ok(program) => std::process::Command::new(program).args(&args[1..]).exec(),
+                Err(e) => e,
+            };
+            log::error!("cannot start again ({error}): exiting for the service manager to");
+            std::process::exit(75);
+        });
     }
 
     pub fn wait_for_requests_in_flight(&self, deadline: Instant) {

@@ -11,6 +11,7 @@
 
 use crate::tls;
 
+pub mod schedule;
 pub mod seal;
 use anyhow::{anyhow, bail, Context, Result};
 use rusqlite::Connection;
@@ -46,6 +47,28 @@ pub struct Contents {
     pub certificate: bool,
     pub backdrops: usize,
     pub config: bool,
+    /// Where the backup's configuration file was left, when it could not
+    /// be put in place.
+    pub config_kept_at: Option<PathBuf>,
+}
+
+impl std::fmt::Display for Contents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let no = |present: bool| if present { "" } else { "no " };
+        write!(
+            f,
+            "{} account(s), {}HTTPS certificate, {} backdrop(s), {}configuration file",
+            self.accounts,
+            no(self.certificate),
+            self.backdrops,
+            no(self.config),
+        )?;
+        if let Some(kept) = &self.config_kept_at {
+            let kept = kept.display();
+            write!(f, " (the backup's configuration is in {kept}: copy it over the configuration file, as root, to use it)")?;
+        }
+        Ok(())
+    }
 }
 
 pub fn check_passphrase(passphrase: &str) -> Result<()> {
@@ -164,6 +187,23 @@ pub fn restore(
     from: &Path,
     replace: bool,
 ) -> Result<Contents> {
+    stage(appliance, passphrase, from, replace)?.commit()
+}
+
+/// A backup unpacked beside the data and checked whole, not yet in place.
+pub struct Staged {
+    appliance: Sources,
+    dir: Scratch,
+}
+
+/// Where a backup restored on the setup page waits for the next start:
+/// the running service holds the database open, so it cannot replace it.
+const PENDING: &str = ".restore-pending";
+
+/// Unpacks `from` and checks all of it, changing nothing of `appliance`:
+/// refused for a wrong passphrase, a damaged or newer backup, or an
+/// appliance with accounts unless `replace`.
+pub fn stage(appliance: &Sources, passphrase: &str, from: &Path, replace: bool) -> Result<Staged> {
     let staging = Scratch(
         appliance
             .data_dir
@@ -195,8 +235,6 @@ pub fn restore(
     check_integrity(&staged_db)?;
     // Brought up to this version's schema before anything is replaced.
     drop(crate::store::SqliteStore::open(&staging.0).context("migrating the backup's database")?);
-    let (_, accounts) = describe(&staged_db)?;
-
     let database = appliance.data_dir.join(DATABASE);
     if database.exists() && !replace {
         let (_, present) = describe(&database)?;
@@ -206,50 +244,112 @@ pub fn restore(
             );
         }
     }
+    Ok(Staged {
+        appliance: appliance.clone(),
+        dir: staging,
+    })
+}
 
-    let mut contents = Contents {
-        accounts,
-        ..Contents::default()
+/// Puts in place a backup the setup page restored (`Staged::keep_for_next_start`),
+/// before the service opens anything; `None` if there is none.
+pub fn finish_pending(appliance: &Sources) -> Result<Option<Contents>> {
+    let dir = appliance.data_dir.join(PENDING);
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let staged = Staged {
+        appliance: appliance.clone(),
+        dir: Scratch(dir),
     };
-    for suffix in ["-wal", "-shm"] {
-        let _ = fs::remove_file(format!("{}{suffix}", database.display()));
+    let done = staged.commit();
+    if done.is_err() {
+        staged.dir.keep(); // for the next start to finish
     }
-    fs::rename(&staged_db, &database)?;
-    let (cert, key) = (staging.0.join(CERTIFICATE), staging.0.join(PRIVATE_KEY));
-    if cert.exists() && key.exists() {
-        let (to_cert, to_key) = tls::made_paths(&appliance.data_dir);
-        let certificate = tls::Certificate {
-            chain_pem: fs::read(&cert)?,
-            key_pem: fs::read(&key)?,
-            fingerprint: String::new(),
-        };
-        tls::save(&to_cert, &to_key, &certificate)?;
-        contents.certificate = true;
+    done.map(Some)
+}
+
+impl Staged {
+    /// Leaves the checked backup for the next start of the service to put
+    /// in place (`finish_pending`).
+    pub fn keep_for_next_start(self) -> Result<()> {
+        let pending = self.appliance.data_dir.join(PENDING);
+        let _ = fs::remove_dir_all(&pending);
+        fs::rename(self.dir.keep(), &pending)?;
+        Ok(())
     }
-    let backdrops = appliance.data_dir.join(BACKDROPS);
-    let staged_backdrops = staging.0.join(BACKDROPS);
-    let _ = fs::remove_dir_all(&backdrops);
-    if staged_backdrops.exists() {
-        contents.backdrops = sorted_entries(&staged_backdrops)?.len();
-        fs::rename(&staged_backdrops, &backdrops)?;
-    }
-    let staged_config = staging.0.join(CONFIG);
-    let config_dir = appliance.config.parent().filter(|d| d.is_dir());
-    if staged_config.exists() && config_dir.is_some() {
-        let config = fs::read(&staged_config)?;
-        if fs::read(&appliance.config).ok().as_ref() != Some(&config) {
-            if appliance.config.exists() {
-                let kept = format!("{}.before-restore", appliance.config.display());
-                fs::copy(&appliance.config, &kept)?;
+
+    /// Puts each part in place, moving it out of the staging directory:
+    /// cut off half way (a power cut at start), the next start does the rest.
+    pub fn commit(&self) -> Result<Contents> {
+        let (staging, appliance) = (&self.dir.0, &self.appliance);
+        let mut contents = Contents::default();
+        let (staged_db, database) = (staging.join(DATABASE), appliance.data_dir.join(DATABASE));
+        if staged_db.exists() {
+            for suffix in ["-wal", "-shm"] {
+                let _ = fs::remove_file(format!("{}{suffix}", database.display()));
             }
-            let partial = format!("{}.partial", appliance.config.display());
-            fs::write(&partial, &config)?;
-            fs::rename(&partial, &appliance.config)?;
+            fs::rename(&staged_db, &database)?;
         }
-        contents.config = true;
+        contents.accounts = describe(&database)?.1;
+        let (cert, key) = (staging.join(CERTIFICATE), staging.join(PRIVATE_KEY));
+        if cert.exists() && key.exists() {
+            let (to_cert, to_key) = tls::made_paths(&appliance.data_dir);
+            let certificate = tls::Certificate {
+                chain_pem: fs::read(&cert)?,
+                key_pem: fs::read(&key)?,
+                fingerprint: String::new(),
+            };
+            tls::save(&to_cert, &to_key, &certificate)?;
+            fs::remove_file(&cert)?;
+            contents.certificate = true;
+        }
+        let backdrops = appliance.data_dir.join(BACKDROPS);
+        let staged_backdrops = staging.join(BACKDROPS);
+        if staged_backdrops.exists() {
+            let _ = fs::remove_dir_all(&backdrops);
+            contents.backdrops = sorted_entries(&staged_backdrops)?.len();
+            fs::rename(&staged_backdrops, &backdrops)?;
+        }
+        let staged_config = staging.join(CONFIG);
+        if staged_config.exists() {
+            let config = fs::read(&staged_config)?;
+            match put_config(&appliance.config, &config) {
+                Ok(()) => contents.config = true,
+                Err(e) => {
+                    // The service may not write /etc (ProtectSystem=strict):
+                    // `sudo cutout restore` can.
+                    let kept = appliance.data_dir.join("cutout.toml.from-backup");
+                    fs::write(&kept, &config)?;
+                    log::warn!(
+                        "the backup's configuration is not in place ({e:#}); it is in {}",
+                        kept.display()
+                    );
+                    contents.config_kept_at = Some(kept);
+                }
+            }
+            fs::remove_file(&staged_config)?;
+        }
+        give_to_the_data_dirs_owner(&appliance.data_dir)?;
+        Ok(contents)
     }
-    give_to_the_data_dirs_owner(&appliance.data_dir)?;
-    Ok(contents)
+}
+
+/// `config` in place of the file at `path`, unless equal; the file it
+/// replaces kept beside it.
+fn put_config(path: &Path, config: &[u8]) -> Result<()> {
+    if fs::read(path).ok().as_deref() == Some(config) {
+        return Ok(());
+    }
+    if !path.parent().is_some_and(|d| d.is_dir()) {
+        bail!("no directory for {}", path.display());
+    }
+    if path.exists() {
+        fs::copy(path, format!("{}.before-restore", path.display()))?;
+    }
+    let partial = format!("{}.partial", path.display());
+    fs::write(&partial, config).with_context(|| format!("writing {partial}"))?;
+    fs::rename(&partial, path)?;
+    Ok(())
 }
 
 /// Decrypts and unpacks `from` into `staging`, to the end of the stream
@@ -418,9 +518,18 @@ fn give_to_the_data_dirs_owner(data_dir: &Path) -> Result<()> {
 /// A file or directory removed when dropped.
 struct Scratch(PathBuf);
 
+impl Scratch {
+    /// No longer removed when dropped.
+    fn keep(mut self) -> PathBuf {
+        std::mem::take(&mut self.0)
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0).or_else(|_| fs::remove_file(&self.0));
+        if !self.0.as_os_str().is_empty() {
+            let _ = fs::remove_dir_all(&self.0).or_else(|_| fs::remove_file(&self.0));
+        }
     }
 }
 

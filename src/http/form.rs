@@ -262,8 +262,6 @@ fn read_multipart(
     content_length: Option<u64>,
     body: impl Read,
 ) -> Result<Form, ApiError> {
-    let boundary = multer::parse_boundary(content_type)
-        .map_err(|_| ApiError::InvalidRequest("the Content-Type has no valid boundary".into()))?;
     // Every part may be as large as an image, so that a file part under
     // another name is read past and named, not refused as too large; the
     // text fields are held to MAX_FIELD_BYTES as they are read.
@@ -271,6 +269,23 @@ fn read_multipart(
         .whole_stream(MAX_BODY_BYTES)
         .per_field(MAX_IMAGE_BYTES)
         .for_field("image_file_b64", MAX_IMAGE_B64_BYTES);
+    let image_capacity = content_length.unwrap_or(0).min(MAX_IMAGE_BYTES) as usize;
+    read_multipart_with(content_type, body, MAX_BODY_BYTES, limits, |multipart| {
+        parse(multipart, image_capacity)
+    })
+}
+
+/// Runs `parse` over a `multipart/form-data` body of at most `most` bytes,
+/// read from `body` as the parser asks for it.
+pub fn read_multipart_with<T, F: Future<Output = Result<T, ApiError>>>(
+    content_type: &str,
+    body: impl Read,
+    most: u64,
+    limits: SizeLimit,
+    parse: impl FnOnce(Multipart<'static>) -> F,
+) -> Result<T, ApiError> {
+    let boundary = multer::parse_boundary(content_type)
+        .map_err(|_| ApiError::InvalidRequest("the Content-Type has no valid boundary".into()))?;
     let feed = Arc::new(Mutex::new(Feed::Empty));
     let chunks = {
         let feed = feed.clone();
@@ -287,13 +302,15 @@ fn read_multipart(
             }
         })
     };
-    let multipart =
-        Multipart::with_constraints(chunks, boundary, Constraints::new().size_limit(limits));
-    let image_capacity = content_length.unwrap_or(0).min(MAX_IMAGE_BYTES) as usize;
-    let mut parse = pin!(parse(multipart, image_capacity));
+    let multipart = Multipart::with_constraints(
+        chunks,
+        boundary,
+        Constraints::new().size_limit(limits.whole_stream(most)),
+    );
+    let mut parse = pin!(parse(multipart));
     // multer is async; here it is driven by hand: each time it waits for
     // more of the body, the next chunk is read from the socket and fed in.
-    let mut body = body.take(MAX_BODY_BYTES + 1);
+    let mut body = body.take(most + 1);
     let mut context = Context::from_waker(Waker::noop());
     loop {
         if let Poll::Ready(form) = parse.as_mut().poll(&mut context) {
@@ -373,7 +390,7 @@ async fn parse(mut multipart: Multipart<'_>, image_capacity: usize) -> Result<Fo
 
 /// A text field, at most MAX_FIELD_BYTES of UTF-8 (an image in base64 as
 /// large as an image may be).
-async fn text_of(field: &mut Field<'_>) -> Result<String, ApiError> {
+pub async fn text_of(field: &mut Field<'_>) -> Result<String, ApiError> {
     let name: String = field
         .name()
         .unwrap_or("")
@@ -414,7 +431,7 @@ fn from_io(e: io::Error) -> ApiError {
     }
 }
 
-fn from_multer(e: multer::Error) -> ApiError {
+pub fn from_multer(e: multer::Error) -> ApiError {
     match e {
         multer::Error::StreamSizeExceeded { .. } => ApiError::FileTooLarge,
         multer::Error::StreamReadFailed(e) => match e.downcast::<io::Error>() {

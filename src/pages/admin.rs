@@ -5,6 +5,7 @@ use super::{
     csrf_field, field_error, key_table, page, plan_title, usage_summary, AccountView, Nav,
 };
 use crate::backdrops::{Backdrop, MAX_BACKDROPS, MAX_NAME_CHARS};
+use crate::backup::schedule::{Last, Schedule};
 use crate::backup::MIN_PASSPHRASE_CHARS;
 use crate::domain::{utc_date, utc_datetime, Month};
 use crate::pairing::PendingView;
@@ -366,6 +367,8 @@ pub struct StatusView {
     pub bench: Option<crate::board::Report>,
     /// What `type=auto` serves, why, and what a larger budget would buy.
     pub ladder: Vec<String>,
+    /// The backup schedule, and how its last backup went.
+    pub backups: Option<(Schedule, Last)>,
 }
 
 pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
@@ -411,6 +414,22 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
             @if !s.ladder.is_empty() {
                 dt { "type=auto" }
                 dd.ladder { ul { @for line in &s.ladder { li { (line) } } } }
+            }
+            dt { "Backups" }
+            dd {
+                @match &s.backups {
+                    Some((schedule, last)) => {
+                        @match &last.made {
+                            Some((at, file)) => { "last made " (utc_datetime(*at)) ": " code { (file.display()) } }
+                            None => "none made yet",
+                        }
+                        "; one every " (human_duration(schedule.every)) " into " code { (schedule.dir.display()) } ", the newest " (schedule.keep) " kept"
+                        @if let Some((at, why)) = &last.failed {
+                            p.note { "The last one failed at " (utc_datetime(*at)) ": " (why) }
+                        }
+                    }
+                    None => { "not scheduled: set " code { "[backup] dir" } " in cutout.toml, or take one on the Backup page" }
+                }
             }
             dt { "Benchmark" }
             dd {

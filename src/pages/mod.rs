@@ -140,7 +140,15 @@ pub fn login_page(csrf: &str, name: &str, error: Option<&str>, flash: Option<&st
     page("Sign in", &Nav::Anonymous, flash, body)
 }
 
-pub fn setup_page(token: &str, csrf: &str, error: Option<&str>) -> Markup {
+/// What the setup page's restore form needs: whether a restore replaces
+/// accounts made here already, and why the last try was refused.
+#[derive(Default)]
+pub struct RestoreForm<'a> {
+    pub has_accounts: bool,
+    pub error: Option<&'a str>,
+}
+
+pub fn setup_page(token: &str, csrf: &str, error: Option<&str>, restore: RestoreForm) -> Markup {
     let body = html! {
         p { "No operator password is set yet. Choose one now: this link works once." }
         form.card method="post" action="/setup" {
@@ -154,6 +162,21 @@ pub fn setup_page(token: &str, csrf: &str, error: Option<&str>) -> Markup {
             input #confirm type="password" name="confirm" autocomplete="new-password" required;
             (field_error("setup-error", error))
             button type="submit" { "Set password and sign in" }
+        }
+        form.card method="post" action="/setup/restore" enctype="multipart/form-data" {
+            h2 { "Or bring back the appliance this one replaces" }
+            p { "Its backup (from its Backup page, or " code { "cutout backup" } ") brings back its accounts, keys, this month's counts, operator password, backdrops and HTTPS certificate: booths paired with it go on working with this one, unchanged. The appliance then restarts; sign in with the old operator password." }
+            (csrf_field(csrf))
+            input type="hidden" name="token" value=(token);
+            label for="backup_file" { "Backup file" }
+            input #backup_file type="file" name="backup_file" required aria-describedby="restore-error";
+            label for="passphrase" { "Its passphrase" }
+            input #passphrase type="password" name="passphrase" autocomplete="off" required;
+            @if restore.has_accounts {
+                label { input type="checkbox" name="replace" value="yes"; " Replace the accounts this appliance already has" }
+            }
+            (field_error("restore-error", restore.error))
+            button type="submit" { "Restore and restart" }
         }
     };
     page("Set up the operator account", &Nav::Anonymous, None, body)

@@ -394,3 +394,228 @@ fn the_operator_downloads_from_the_dashboard_a_backup_that_restores() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(used(&fresh, "booth"), 0);
 }
+
+/// `[backup] dir`: while the stick is missing, the Status page says why no
+/// backup was made; once it is there, one every interval, the newest
+/// `keep` kept, the Status page naming the last, which restores whole.
+#[test]
+fn scheduled_backups_keep_the_newest_and_the_status_page_names_the_last() {
+    let root = tempfile::tempdir().unwrap();
+    let stick = root.path().join("stick");
+    let passphrase_file = root.path().join("passphrase");
+    std::fs::write(&passphrase_file, format!("{PASSPHRASE}\n")).unwrap();
+    let schedule = cutout::backup::schedule::Schedule {
+        dir: stick.clone(),
+        passphrase_file,
+        every: Duration::from_secs(1),
+        keep: 2,
+    };
+    let app = spawn_app_with(cutout::EngineSource::Ready(u2netp()), |s| {
+        s.backup = Some(schedule)
+    });
+    let key = app.account("booth", "pro");
+    assert_eq!(app.post_image(Some(&key), &jpeg(64, 48), None).status, 200);
+    let admin = app.admin();
+    let status = || admin.get("/admin/status").text();
+    wait_until("the Status page says the stick is missing", || {
+        status().contains("The last one failed at")
+    });
+    assert!(status().contains("none made yet"), "{}", status());
+    assert!(
+        status().contains("No such file or directory"),
+        "{}",
+        status()
+    );
+
+    std::fs::create_dir(&stick).unwrap();
+    let backups = || {
+        let mut names: Vec<String> = std::fs::read_dir(&stick)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".backup")) // not one being written
+            .collect();
+        names.sort();
+        names
+    };
+    let first = {
+        wait_until("a first backup", || !backups().is_empty());
+        backups()[0].clone()
+    };
+    wait_until("the first one removed, as two newer are kept", || {
+        let now = backups();
+        now.len() == 2 && !now.contains(&first)
+    });
+    let newest = backups().pop().unwrap();
+    assert!(
+        newest.starts_with("cutout-") && newest.ends_with("Z.backup"),
+        "{newest}"
+    );
+    let page = status();
+    assert!(page.contains("last made "), "{page}");
+    assert!(!page.contains("failed"), "{page}");
+    drop(app);
+
+    let last = backups().pop().unwrap();
+    let restored = root.path().join("restored");
+    let out = cutout(
+        &restored,
+        &["restore", stick.join(&last).to_str().unwrap()],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    use cutout::store::Store;
+    let store = cutout::store::SqliteStore::open(&restored).unwrap();
+    let booth = store.account("booth").unwrap();
+    let march = cutout::domain::Month::of_unix(MID_MARCH);
+    assert_eq!(store.usage(booth.id, march).unwrap(), 1);
+}
+
+/// A new card's setup page takes the old appliance's backup, behind the
+/// setup link: a wrong passphrase and a file cut short are refused on the
+/// page with nothing changed; the good one is restored, the program starts
+/// again by itself (the same process, as systemd sees it), and the booth's
+/// key cuts out, charged to the same month, with the old certificate and
+/// the old operator password.
+#[test]
+fn the_setup_page_restores_the_old_appliance_and_starts_again_with_it() {
+    const OLD_PASSWORD: &str = "the old operator password";
+    let root = tempfile::tempdir().unwrap();
+    let (old, key, _) = used_appliance(root.path());
+    let mut set_password = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(&old)
+        .args(["admin", "set-password"])
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    writeln!(set_password.stdin.take().unwrap(), "{OLD_PASSWORD}").unwrap();
+    assert!(set_password.wait().unwrap().success());
+    let file = root.path().join("old.backup");
+    let out = cutout(&old, &["backup", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let backup = std::fs::read(&file).unwrap();
+
+    let new = root.path().join("new");
+    std::fs::create_dir_all(&new).unwrap();
+    let config = new.join("cutout.toml");
+    std::fs::write(&config, "").unwrap();
+    let server = Server::start(&new, "info", &["--config", config.to_str().unwrap()]);
+    let pid = server.child.id();
+    let log = server.log_once_it_says("No operator password is set");
+    let (_, after) = log.split_once("?token=").unwrap();
+    let token = after.split_whitespace().next().unwrap().to_owned();
+    let browser = Browser::at(server.addr);
+    let page = browser.get(&format!("/setup?token={token}"));
+    assert!(
+        page.text().contains("Restore and restart"),
+        "{}",
+        page.text()
+    );
+    let csrf = csrf_in(&page);
+    let restore_with = |token: &str, file: &[u8], passphrase: &str| {
+        let mut form = Multipart::new();
+        form.text("csrf", &csrf)
+            .text("token", token)
+            .file("backup_file", file)
+            .text("passphrase", passphrase);
+        browser.post_multipart("/setup/restore", &form)
+    };
+    let restore = |file: &[u8], passphrase: &str| restore_with(&token, file, passphrase);
+    let stranger = restore_with(&"0".repeat(64), &backup, PASSPHRASE);
+    assert_eq!(
+        stranger.status,
+        404,
+        "without the setup link: {}",
+        stranger.text()
+    );
+    let wrong = restore(&backup, "not the passphrase at all");
+    assert_eq!(wrong.status, 400);
+    assert!(
+        wrong.text().contains("Wrong passphrase for this file"),
+        "{}",
+        wrong.text()
+    );
+    let cut_short = restore(&backup[..backup.len() - 100], PASSPHRASE);
+    assert_eq!(cut_short.status, 400);
+    assert!(
+        cut_short.text().contains("This file is damaged"),
+        "{}",
+        cut_short.text()
+    );
+    assert_eq!(
+        cutout_cli(&new, &["account", "list"]).lines().count(),
+        1,
+        "no accounts"
+    );
+    assert_eq!(
+        std::fs::read_dir(&new)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with('.')
+            })
+            .count(),
+        0,
+        "nothing left of the refused uploads"
+    );
+
+    let done = restore(&backup, PASSPHRASE);
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert!(
+        done.text().contains("restarts with it now"),
+        "{}",
+        done.text()
+    );
+    let log = server.log_once_it_says("restored the backup uploaded on the setup page");
+    let listening = || {
+        let log = std::fs::read_to_string(&server.log).unwrap();
+        let lines: Vec<String> = log
+            .lines()
+            .filter(|l| l.contains("listening on http://"))
+            .map(str::to_owned)
+            .collect();
+        (lines.len() == 2).then(|| {
+            lines[1]
+                .rsplit("http://")
+                .next()
+                .unwrap()
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+        })
+    };
+    wait_until("the program started again", || listening().is_some());
+    assert!(
+        log.contains("1 account(s), HTTPS certificate, 1 backdrop(s)"),
+        "{log}"
+    );
+    assert_eq!(server.child.id(), pid);
+    let addr = listening().unwrap();
+    wait_until("the model loaded", || {
+        request(addr, "GET", "/readyz", &[], b"").status == 200
+    });
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(64, 48));
+    let reply = post_form(addr, Some(&key), &form);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-ratelimit-remaining"), Some("497"));
+    let admin = Browser::at(addr).sign_in("admin", OLD_PASSWORD);
+    assert_eq!(admin.status, 303, "{}", admin.text());
+    let (old_certificate, _) = cutout::tls::made_paths(&old);
+    let (new_certificate, _) = cutout::tls::made_paths(&new);
+    assert_eq!(
+        std::fs::read(new_certificate).unwrap(),
+        std::fs::read(old_certificate).unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        std::fs::read_to_string(old.join("cutout.toml")).unwrap()
+    );
+    let (_, stopped, _) = server.stop();
+    assert!(stopped);
+}

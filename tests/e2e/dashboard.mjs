@@ -137,14 +137,22 @@ try {
   // The operator opens the one-time setup link from the log.
   await page.goto(setupLink);
   await shot("setup");
+  // A file that is not a backup, offered to restore, is refused on the page.
+  await page.setInputFiles("#backup_file", {
+    name: "photo.jpg", mimeType: "image/jpeg", buffer: Buffer.from("not a backup"),
+  });
+  await page.fill("#passphrase", "a long enough passphrase");
+  await page.click("form[action='/setup/restore'] button[type=submit]");
+  assert.match(await page.locator("#restore-error").innerText(), /This file is not a cutout backup/);
+  await shot("setup-restore-refused");
   await page.fill("#password", "long enough 1");
   await page.fill("#confirm", "long enough 2");
-  await page.click("button[type=submit]");
+  await page.click("form[action='/setup'] button[type=submit]");
   assert.match(await page.locator(".field-error").innerText(), /The two passwords differ/);
   await shot("setup-passwords-differ");
   await page.fill("#password", adminPassword);
   await page.fill("#confirm", adminPassword);
-  await page.click("button[type=submit]");
+  await page.click("form[action='/setup'] button[type=submit]");
   await page.waitForURL(`${base}/admin`);
   assert.match(await text(), /No accounts yet/);
   await shot("admin-no-accounts");

@@ -325,6 +325,10 @@ pub(super) fn status_view(cx: &Ctx) -> StatusView {
         board: state.board.clone(),
         engine_note: state.engine_note.clone(),
         bench: crate::board::Report::load(&state.data_dir),
+        backups: state
+            .backups
+            .as_ref()
+            .map(|b| (b.schedule.clone(), b.last())),
         ladder: state
             .ladder
             .lock()

@@ -102,6 +102,7 @@ pub fn route(state: &AppState, method: &Method, path: &str, request: &mut Reques
         ["setup"] if post => setup(state, request, now),
         ["setup", "code"] if post => setup_code(state, request, now),
         ["setup", "button"] if post => setup_wait_for_button(state, request, now),
+        ["setup", "restore"] if post => setup_restore(state, request, now),
         ["docs"] if get => docs(state, request, auth),
         ["admin", rest @ ..] => match auth {
             Some(auth) if auth.principal == Principal::Admin => {

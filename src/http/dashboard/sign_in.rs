@@ -3,6 +3,10 @@
 
 use super::*;
 use crate::app::setup::{CodeRefused, BUTTON_SECONDS, CODE_TRIES};
+use crate::backdrops::MAX_BACKDROPS;
+use crate::error::MAX_IMAGE_BYTES;
+use crate::http::form::{from_multer, read_multipart_with, text_of};
+use crate::pages::RestoreForm;
 
 pub(super) fn login_form(request: &Request, name: &str, error: Option<&str>, status: u16) -> Body {
     let (csrf, set) = form_token(request);
@@ -147,7 +151,11 @@ pub(super) fn setup_form(state: &AppState, request: &Request, now: i64) -> Handl
         session::cookie(request, SETUP_WAIT_COOKIE).and_then(|c| setup.button_wait(c, now));
     let mut page = match (query(request, "token"), waiting) {
         (Some(token), _) if setup.token_matches(&token, now) => {
-            html(200, view::setup_page(&token, &csrf, None))
+            let restore = RestoreForm {
+                has_accounts: !state.store.is_empty()?,
+                error: None,
+            };
+            html(200, view::setup_page(&token, &csrf, None, restore))
         }
         (Some(_), _) => return Ok(setup_gone()),
         (None, Some(Ok(token))) => redirect(&format!("/setup?token={token}")),
@@ -250,7 +258,14 @@ pub(super) fn setup(state: &AppState, request: &mut Request, now: i64) -> Handle
         .or((password != confirm).then_some("The two passwords differ."));
     if let Some(error) = error {
         let csrf = fields.csrf().unwrap_or_default();
-        return Ok(html(400, view::setup_page(token, csrf, Some(error))));
+        let restore = RestoreForm {
+            has_accounts: !state.store.is_empty()?,
+            error: None,
+        };
+        return Ok(html(
+            400,
+            view::setup_page(token, csrf, Some(error), restore),
+        ));
     }
     // Before the password is stored, so a failure leaves the link usable.
     let device = device_cookie_header(state, request, ADMIN_LOGIN)?;
@@ -263,4 +278,147 @@ pub(super) fn setup(state: &AppState, request: &mut Request, now: i64) -> Handle
     response.add_header(session::start(state, request, Principal::Admin, now)?);
     response.add_header(device);
     Ok(response)
+}
+
+/// The largest backup the setup page takes: the database and every
+/// backdrop, each a background and an overlay of up to 10 MB.
+const MAX_BACKUP_BYTES: u64 = 2 * MAX_BACKDROPS as u64 * MAX_IMAGE_BYTES + (64 << 20);
+
+/// `POST /setup/restore`: the backup of the appliance this one replaces,
+/// restored through setup behind the same proof of presence (the setup
+/// link) as the password. It is checked whole here, and put in place as
+/// the program starts again, at once: the running service holds the
+/// database open.
+pub(super) fn setup_restore(state: &AppState, request: &mut Request, now: i64) -> Handled {
+    let upload = state
+        .data_dir
+        .join(format!(".upload-{}", crate::secrets::random_hex(8)));
+    let content_type = header_value(request, "Content-Type")
+        .unwrap_or_default()
+        .to_owned();
+    let limits = multer::SizeLimit::new().per_field(MAX_BACKUP_BYTES);
+    let form = read_multipart_with(
+        &content_type,
+        request.as_reader(),
+        MAX_BACKUP_BYTES,
+        limits,
+        |multipart| {
+            // The file is written only for a form whose setup link holds.
+            let allowed = |fields: &HashMap<String, String>| {
+                let token = fields.get("token").map_or("", String::as_str);
+                state.dashboard.setup.lock().token_matches(token, now)
+            };
+            restore_form(multipart, &upload, allowed)
+        },
+    );
+    // Held until the restore is in place, so that a password set meanwhile
+    // cannot be replaced by the backup's.
+    let mut setup = state.dashboard.setup.lock();
+    let checked = match &form {
+        Ok(form) => check_restore(state, &setup, request, form, &upload, now),
+        Err(_) => Err(Failure::BadForm),
+    };
+    let _ = std::fs::remove_file(&upload);
+    let staged = match checked? {
+        Ok(staged) => staged,
+        Err(page) => return Ok(page),
+    };
+    staged
+        .keep_for_next_start()
+        .map_err(|e| Failure::Disk(std::io::Error::other(format!("{e:#}"))))?;
+    setup.close();
+    log::warn!("a backup was restored on the setup page: starting again to put it in place");
+    state.restart();
+    Ok(html(
+        200,
+        view::message_page(
+            "Restored",
+            &Nav::Anonymous,
+            "The backup is whole and the appliance restarts with it now. In a minute, sign in as admin with the operator password of the appliance it came from.",
+        ),
+    ))
+}
+
+/// The restore form's text fields; its file written to `upload` as it
+/// arrives if the fields before it are `allowed` (else the rest is not read).
+async fn restore_form(
+    mut multipart: multer::Multipart<'static>,
+    upload: &std::path::Path,
+    allowed: impl Fn(&HashMap<String, String>) -> bool,
+) -> Result<HashMap<String, String>, ApiError> {
+    use std::io::Write;
+    let mut fields = HashMap::new();
+    while let Some(mut field) = multipart.next_field().await.map_err(from_multer)? {
+        match field.name() {
+            Some("backup_file") if !allowed(&fields) => break,
+            Some("backup_file") => {
+                let mut file =
+                    std::fs::File::create(upload).map_err(|e| ApiError::Internal(e.into()))?;
+                while let Some(chunk) = field.chunk().await.map_err(from_multer)? {
+                    file.write_all(&chunk)
+                        .map_err(|e| ApiError::Internal(e.into()))?;
+                }
+            }
+            Some(name @ ("csrf" | "token" | "passphrase" | "replace")) => {
+                let name = name.to_owned();
+                fields.insert(name, text_of(&mut field).await?);
+            }
+            _ => return Err(ApiError::InvalidRequest("an unknown field".into())),
+        }
+    }
+    Ok(fields)
+}
+
+/// The upload checked whole (`backup::stage`), or the setup page again
+/// with why not.
+fn check_restore(
+    state: &AppState,
+    setup: &crate::app::setup::SetupState,
+    request: &Request,
+    form: &HashMap<String, String>,
+    upload: &std::path::Path,
+    now: i64,
+) -> Result<Result<crate::backup::Staged, Body>, Failure> {
+    let field = |name: &str| form.get(name).map_or("", String::as_str);
+    if !form_token_matches(request, Some(field("csrf"))) {
+        return Err(Failure::BadCsrf);
+    }
+    let token = field("token");
+    if state.store.admin_password_hash()?.is_some() || !setup.token_matches(token, now) {
+        return Ok(Err(setup_gone()));
+    }
+    let has_accounts = !state.store.is_empty()?;
+    let refused = |why: &str| {
+        let restore = RestoreForm {
+            has_accounts,
+            error: Some(why),
+        };
+        Ok(Err(html(
+            400,
+            view::setup_page(token, field("csrf"), None, restore),
+        )))
+    };
+    if !upload.exists() {
+        return refused("Choose the backup file.");
+    }
+    if has_accounts && field("replace") != "yes" {
+        return refused(
+            "This appliance already has accounts: tick the box to replace them with the backup's.",
+        );
+    }
+    match crate::backup::stage(&state.backup_sources, field("passphrase"), upload, true) {
+        Ok(staged) => Ok(Ok(staged)),
+        Err(e) => {
+            let why = format!("{e:#}").replace(&upload.display().to_string(), "this file");
+            let mut chars = why.chars();
+            let why: String = chars
+                .next()
+                .into_iter()
+                .flat_map(char::to_uppercase)
+                .chain(chars)
+                .collect();
+            log::warn!("a restore on the setup page was refused: {why}");
+            refused(&why)
+        }
+    }
 }
