@@ -55,10 +55,16 @@ class Appliance:
         self.button = Path(self.data_dir, "button")
         self.button.write_text("0")
         os.environ["CUTOUT_MDNS_PORT"] = str(25353 + os.getpid() % 1000)
-        env = dict(os.environ, RUST_LOG="info", CUTOUT_TLS_LISTEN="0.0.0.0:0", CUTOUT_PIPELINE_BENCH_WHEN_IDLE="false",
-                   CUTOUT_BUTTON_VALUE_FILE=str(self.button), CUTOUT_PAIRING_EXPIRE_SECONDS=str(PAIRING_EXPIRE_SECONDS))
+        self._start(http_port=0, https_port=0)
+        return self
+
+    def _start(self, http_port: int, https_port: int):
+        env = dict(os.environ, RUST_LOG="info", CUTOUT_TLS_LISTEN=f"0.0.0.0:{https_port}",
+                   CUTOUT_PIPELINE_BENCH_WHEN_IDLE="false", CUTOUT_BUTTON_VALUE_FILE=str(self.button),
+                   CUTOUT_PAIRING_EXPIRE_SECONDS=str(PAIRING_EXPIRE_SECONDS))
         self._server = subprocess.Popen(
-            [BINARY, "--data-dir", self.data_dir, "--models-dir", ROOT / "models", "serve", "--listen", "0.0.0.0:0", "--model", "u2netp"],
+            [BINARY, "--data-dir", self.data_dir, "--models-dir", ROOT / "models",
+             "serve", "--listen", f"0.0.0.0:{http_port}", "--model", "u2netp"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         self.log: list[str] = []
@@ -68,13 +74,36 @@ class Appliance:
         except BaseException:
             self.__exit__()
             raise
-        return self
 
     def __exit__(self, *_):
+        self._stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _stop(self):
         self._server.terminate()
         self._server.wait(timeout=30)
         self._server.stderr.close()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def move_to_a_new_card(self):
+        """As an operator replaces a dead SD card: `cutout backup` taken while
+        it serves, the service stopped, `cutout restore` onto a fresh data
+        directory, the service started there at the same address."""
+        passphrase = Path(self.data_dir, "..", f"{Path(self.data_dir).name}.passphrase").resolve()
+        passphrase.write_text("a passphrase for the backup\n")
+        backup = passphrase.with_suffix(".backup")
+        self._cli("backup", str(backup), "--passphrase-file", str(passphrase))
+        http_port, https_port = (int(url.rsplit(":", 1)[1]) for url in (self.http_url, self.https_url))
+        self._stop()
+        shutil.rmtree(self.data_dir)
+        self.data_dir = tempfile.mkdtemp(prefix="cutout-integrations-new-card-")
+        self.button = Path(self.data_dir, "button")
+        self.button.write_text("0")
+        # It refuses while something answers where the service would.
+        served = {"CUTOUT_LISTEN": f"127.0.0.1:{http_port}", "CUTOUT_TLS_LISTEN": f"127.0.0.1:{https_port}"}
+        self._cli("restore", str(backup), "--passphrase-file", str(passphrase), env=served)
+        backup.unlink()
+        passphrase.unlink()
+        self._start(http_port, https_port)
 
     def images_charged(self) -> str:
         """This month's count for the booth's account, as `cutout usage` prints it."""
@@ -105,9 +134,9 @@ class Appliance:
         time.sleep(0.3)
         self.button.write_text("0")
 
-    def _cli(self, *args: str, input: str | None = None) -> str:
+    def _cli(self, *args: str, input: str | None = None, env: dict[str, str] | None = None) -> str:
         done = subprocess.run([BINARY, "--data-dir", self.data_dir, *args], capture_output=True, text=True,
-                              input=input, env=dict(os.environ, RUST_LOG="warn"))
+                              input=input, env=dict(os.environ, RUST_LOG="warn", **(env or {})))
         assert done.returncode == 0, f"cutout {' '.join(args)}: exit {done.returncode}\n{done.stderr}"
         return done.stdout
 

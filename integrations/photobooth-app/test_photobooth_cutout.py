@@ -124,6 +124,27 @@ class TheBackgroundRemovalStep(Fallbacks, unittest.TestCase):
         self.assertEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "photobooth-app's own cut-out")
 
 
+class OnANewCard(unittest.TestCase):
+    """The appliance's SD card dies: its backup restored onto a new one, at
+    the same address. The booth, unchanged (its key, its pinned certificate),
+    goes on cutting out, charged to the same account's month."""
+
+    def test_the_booth_goes_on_unchanged(self):
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
+        steps.REMOVE_CACHE.clear()
+        remove_background()
+        charged = int(appliance.images_charged().split()[0])
+        self.assertGreater(charged, 0)
+        fingerprint = appliance.fingerprint
+        appliance.move_to_a_new_card()
+        self.assertEqual(appliance.fingerprint, fingerprint, "the certificate came with the backup")
+        steps.REMOVE_CACHE.clear()
+        with self.assertNoLogs(PLUGIN, "WARNING"):
+            cutout = remove_background()
+        self.assertNotEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "the appliance's cut-out")
+        self.assertEqual(int(appliance.images_charged().split()[0]), charged + 1, "the month's count goes on")
+
+
 class PairingOnTheLan(Pairing, unittest.TestCase):
     logger = PLUGIN
     assert_programs_own_result = TheBackgroundRemovalStep.assert_programs_own_result
