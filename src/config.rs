@@ -1053,6 +1053,35 @@ mod tests {
     }
 
     #[test]
+    fn scheduled_backups_need_a_passphrase_file_and_default_to_daily_keeping_seven() {
+        assert_eq!(Settings::default().backup, None);
+        let file = "[backup]\ndir = \"/media/usb\"\npassphrase_file = \"/etc/cutout/p\"\n";
+        let daily = Settings::from_config(Config::parse_str(file).unwrap()).unwrap();
+        let daily = daily.backup.unwrap();
+        assert_eq!((daily.every, daily.keep), (Duration::from_secs(86_400), 7));
+        let set = env(&[
+            ("CUTOUT_BACKUP_DIR", "/mnt/stick"),
+            ("CUTOUT_BACKUP_PASSPHRASE_FILE", "/p"),
+            ("CUTOUT_BACKUP_EVERY_HOURS", "0.5"),
+            ("CUTOUT_BACKUP_KEEP", "3"),
+        ]);
+        let set = Settings::from_config(set.unwrap()).unwrap().backup.unwrap();
+        assert_eq!(set.dir, PathBuf::from("/mnt/stick"));
+        assert_eq!((set.every, set.keep), (Duration::from_secs(1800), 3));
+        for bad in [
+            "dir = \"/m\"",
+            "dir = \"/m\"\npassphrase_file = \"/p\"\nkeep = 0",
+            "dir = \"/m\"\npassphrase_file = \"/p\"\nevery_hours = 0",
+        ] {
+            let config = Config::parse_str(&format!("[backup]\n{bad}\n")).unwrap();
+            let Err(error) = Settings::from_config(config) else {
+                panic!("{bad}: accepted");
+            };
+            assert!(error.to_string().contains("backup."), "{bad}: {error}");
+        }
+    }
+
+    #[test]
     fn zero_timeouts_workers_and_buffers_are_refused() {
         let config = Config::parse_str("[server]\ninference_workers = 0\n").unwrap();
         assert!(Settings::from_config(config).is_err());
