@@ -39,6 +39,12 @@ pub struct Backdrop {
     pub bytes: u64,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Background,
+    Overlay,
+}
+
 /// A backdrop's files, as a request uses them.
 pub struct Files {
     pub background: Vec<u8>,
@@ -218,10 +224,26 @@ impl Backdrops {
 
     /// The backdrop's preview, a small JPEG: its overlay over its background.
     pub fn preview(&self, id: &str) -> Result<Vec<u8>, BackdropError> {
+        self.file(id, PREVIEW)
+    }
+
+    /// One of the backdrop's images as uploaded, for a booth to keep (an
+    /// `Unknown` error for a backdrop without an overlay).
+    pub fn image(&self, id: &str, part: Part) -> Result<Vec<u8>, BackdropError> {
+        self.file(
+            id,
+            match part {
+                Part::Background => BACKGROUND,
+                Part::Overlay => OVERLAY,
+            },
+        )
+    }
+
+    fn file(&self, id: &str, file: &str) -> Result<Vec<u8>, BackdropError> {
         if id.starts_with('.') || id.contains('/') {
             return Err(BackdropError::Unknown(id.to_owned()));
         }
-        match fs::read(self.dir.join(id).join(PREVIEW)) {
+        match fs::read(self.dir.join(id).join(file)) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 Err(BackdropError::Unknown(id.to_owned()))
             }
@@ -282,6 +304,25 @@ fn preview(background: &[u8], overlay: Option<&[u8]>) -> io::Result<Vec<u8>> {
         .write_to(&mut io::Cursor::new(&mut jpeg), ImageFormat::Jpeg)
         .map_err(io::Error::other)?;
     Ok(jpeg)
+}
+
+/// The most memory adding this backdrop holds at once beside its files:
+/// the background decoded and scaled for the preview, or the overlay
+/// decoded, its RGBA copy (checking that it shows through) and the part of
+/// it cut for the preview, whichever is more. A file that `add` would
+/// refuse is refused here, with the same words.
+pub fn adding_needs(background: &[u8], overlay: Option<&[u8]>) -> Result<u64, BackdropError> {
+    let back = check_image("the background", background)?;
+    // `imaging::resize` holds each core's band beside its source: at most half.
+    let scaling = back.pixels() * back.channels() / 2;
+    let front = match overlay {
+        Some(overlay) => {
+            let front = check_image("the overlay", overlay)?;
+            front.decoding + front.pixels() * 4 * 3 / 2
+        }
+        None => 0,
+    };
+    Ok((back.decoding + scaling).max(front))
 }
 
 fn check_image(what: &str, bytes: &[u8]) -> Result<imaging::Header, BackdropError> {

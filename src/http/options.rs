@@ -93,7 +93,9 @@ pub fn parse_finish(form: &mut Form, channels: Channels) -> Result<Finish, ApiEr
         crop,
         placement,
         background,
-        overlay: None, // a backdrop's, read by `http::api` once every option is known good
+        // A backdrop's, read by `http::api` once every option is known good.
+        overlay: None,
+        backdrop: None,
         shadow,
         fill_enclosed,
     })

@@ -25,6 +25,9 @@ pub struct Finish {
     /// An image file put over the result (a backdrop's frame: a PNG
     /// with transparency), scaled to cover it as a background is.
     pub overlay: Option<Vec<u8>>,
+    /// The name of the backdrop the background and overlay come from,
+    /// which an error about them names.
+    pub backdrop: Option<String>,
     pub shadow: Option<Shadow>,
     /// remove.bg's `semitransparency=false` for a car: what the subject
     /// encloses (a car's windows) is made opaque.

@@ -208,6 +208,26 @@ pub fn document(version: &str) -> Value {
                     "401": { "description": "No key, or an unknown or revoked one.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
                 }
             } },
+            "/api/backdrops/{id}/background": { "get": {
+                "operationId": "backdropBackground",
+                "summary": "A backdrop's background as uploaded, for any valid key: a booth that composites itself keeps a copy",
+                "parameters": [{ "name": "id", "in": "path", "required": true, "schema": { "type": "string" } }],
+                "responses": {
+                    "200": { "description": "The image file.", "content": { "image/jpeg": {}, "image/png": {}, "image/webp": {} } },
+                    "401": { "description": "No key, or an unknown or revoked one.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+                    "404": { "description": "not_found: no backdrop with this id.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+                }
+            } },
+            "/api/backdrops/{id}/overlay": { "get": {
+                "operationId": "backdropOverlay",
+                "summary": "A backdrop's overlay, a PNG with transparency, for any valid key",
+                "parameters": [{ "name": "id", "in": "path", "required": true, "schema": { "type": "string" } }],
+                "responses": {
+                    "200": { "description": "The PNG.", "content": { "image/png": {} } },
+                    "401": { "description": "No key, or an unknown or revoked one.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+                    "404": { "description": "not_found: no backdrop with this id, or it has no overlay.", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+                }
+            } },
             "/api/pair": { "post": {
                 "operationId": "pair",
                 "summary": "A booth without a key asks to pair (over HTTPS only, no key)",

@@ -341,7 +341,8 @@ impl Pipeline {
         let photo = imaging::header(bytes, self.max_pixels)?;
         let background = match &finish.background {
             Some(Background::Image(file)) => Some(
-                imaging::header(file, crate::error::MAX_PIXELS_OUTPUT).map_err(background_error)?,
+                imaging::header(file, crate::error::MAX_PIXELS_OUTPUT)
+                    .map_err(|e| background_error(e, finish))?,
             ),
             _ => None,
         };
@@ -350,7 +351,7 @@ impl Pipeline {
             .as_deref()
             .map(|file| imaging::header(file, crate::error::MAX_PIXELS_OUTPUT))
             .transpose()
-            .map_err(overlay_error)?;
+            .map_err(|e| overlay_error(e, finish))?;
         let output = output_size(photo.width, photo.height, size)?;
         let need = memory::need(
             &photo,
@@ -476,8 +477,8 @@ impl Pipeline {
                     field: OptionField::Format,
                     why: format!("a {format} is at most {most} pixels a side"),
                 },
-                FinishError::Background(e) => background_error(e),
-                FinishError::Overlay(e) => overlay_error(e),
+                FinishError::Background(e) => background_error(e, finish),
+                FinishError::Overlay(e) => overlay_error(e, finish),
             })?;
             watch.lap("finish");
             finished
@@ -547,16 +548,25 @@ fn output_size(width: u32, height: u32, size: SizeMode) -> Result<(u32, u32), Ap
     })
 }
 
-/// A background image that cannot be used, named as such.
 /// A backdrop's overlay, checked when it was added, unreadable now.
-fn overlay_error(e: DecodeError) -> ApiError {
+fn overlay_error(e: DecodeError, finish: &Finish) -> ApiError {
+    let name = finish.backdrop.as_deref().unwrap_or_default();
     ApiError::InvalidOption {
         field: OptionField::Backdrop,
-        why: format!("its overlay cannot be read: {e}"),
+        why: format!("the overlay of the backdrop {name:?} cannot be read: {e}"),
     }
 }
 
-fn background_error(e: DecodeError) -> ApiError {
+/// A background image that cannot be used, named by the field it came
+/// from: the request's own, or the backdrop's (checked when it was added,
+/// unreadable now).
+fn background_error(e: DecodeError, finish: &Finish) -> ApiError {
+    if let Some(name) = &finish.backdrop {
+        return ApiError::InvalidOption {
+            field: OptionField::Backdrop,
+            why: format!("the background of the backdrop {name:?} cannot be read: {e}"),
+        };
+    }
     let why = match e {
         DecodeError::TooLarge { width, height, .. } => format!(
             "it is {width}x{height}; a background may have at most {} pixels, the most a result has",

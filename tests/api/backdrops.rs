@@ -7,6 +7,7 @@
 
 use crate::helpers::*;
 use cutout::backdrops::Backdrops;
+use cutout::EngineSource;
 use image::RgbaImage;
 
 const BLUE: [u8; 4] = [0, 0, 255, 255];
@@ -106,6 +107,69 @@ fn a_booths_key_lists_the_backdrops() {
         app.request("POST", "/api/backdrops", &headers, b"").status,
         405
     );
+    // Their images as uploaded, for a booth that composites itself.
+    let image = |path: &str, headers: &[(String, String)]| app.request("GET", path, headers, b"");
+    let background = image("/api/backdrops/beach/background", &headers);
+    assert_eq!(background.status, 200, "{}", background.text());
+    assert_eq!(background.header("content-type"), Some("image/png"));
+    assert_eq!(background.body, blue());
+    let overlay = image("/api/backdrops/beach/overlay", &headers);
+    assert_eq!((overlay.status, overlay.body), (200, red_band()));
+    assert_eq!(
+        image("/api/backdrops/party/background", &headers).header("content-type"),
+        Some("image/jpeg")
+    );
+    for missing in [
+        "/api/backdrops/party/overlay",
+        "/api/backdrops/sea/background",
+        "/api/backdrops/beach/name",
+        "/api/backdrops/../backdrops/beach/background",
+        "/api/backdrops/.beach.writing/background",
+    ] {
+        let reply = image(missing, &headers);
+        assert_eq!(reply.status, 404, "{missing}: {}", reply.text());
+        assert_eq!(reply.error_code(), "not_found", "{missing}");
+    }
+    assert_eq!(image("/api/backdrops/beach/background", &[]).status, 401);
+    assert_eq!(
+        app.request("DELETE", "/api/backdrops/beach/background", &headers, b"")
+            .status,
+        405
+    );
+    assert_eq!(app.used("booth"), 0, "nothing charged");
+}
+
+#[test]
+fn a_backdrop_that_can_no_longer_be_read_is_named_in_the_refusal_at_no_charge() {
+    let app = spawn_app();
+    let key = app.account("booth", "pro");
+    let backdrops = Backdrops::in_data_dir(app.data_dir());
+    backdrops.add("Party", &blue(), None).unwrap();
+    backdrops.add("Beach", &blue(), Some(&red_band())).unwrap();
+    let dir = app.data_dir().join("backdrops");
+    // Damaged since (a bad sector, a full card), their headers still read:
+    // the first found when a request decodes them.
+    let mut damaged = blue();
+    let end = damaged.len() - 12 - 4; // the IDAT's last bytes, before its CRC and IEND
+    damaged[end - 8..end].fill(0xff);
+    std::fs::write(dir.join("party/background"), damaged).unwrap();
+    std::fs::write(dir.join("beach/overlay.png"), &red_band()[..40]).unwrap();
+    for (name, why) in [
+        (
+            "Party",
+            "the background of the backdrop \\\"Party\\\" cannot be read",
+        ),
+        (
+            "Beach",
+            "the overlay of the backdrop \\\"Beach\\\" cannot be read",
+        ),
+    ] {
+        let reply = cut(&app, &key, &[("backdrop", name)]);
+        assert_eq!(reply.status, 400, "{name}: {}", reply.text());
+        assert_eq!(reply.error_code(), "invalid_backdrop", "{name}");
+        assert!(reply.text().contains(why), "{name}: {}", reply.text());
+    }
+    assert_eq!(app.used("booth"), 0);
 }
 
 #[test]
@@ -221,7 +285,9 @@ fn the_operator_adds_previews_and_deletes_backdrops_on_the_dashboard() {
 
 #[test]
 fn every_bad_upload_is_refused_with_a_clear_error_and_changes_nothing() {
-    let app = spawn_app();
+    let app = spawn_app_with(EngineSource::Ready(u2netp()), |s| {
+        s.memory_budget = 16 << 20
+    });
     app.set_admin_password();
     let operator = app.admin();
     assert_eq!(
@@ -235,8 +301,11 @@ fn every_bad_upload_is_refused_with_a_clear_error_and_changes_nothing() {
         bytes.resize(11 * 1024 * 1024, 0);
         bytes
     };
+    // 12 MB decoded (with the decoder's buffers, 16), 6 MB more to scale it
+    // for the preview; 1 of the 16 MiB is kept for the photos' spare pixels.
+    let over_the_budget = jpeg(2000, 2000);
     type Case<'a> = (&'a str, Option<&'a [u8]>, Option<&'a [u8]>, u16, &'a str);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         ("Beach", None, None, 400, "Choose a background image."),
         (
             "Beach",
@@ -267,6 +336,13 @@ fn every_bad_upload_is_refused_with_a_clear_error_and_changes_nothing() {
             "Give the backdrop a name with a letter or a digit.",
         ),
         ("Beach", Some(&huge), None, 413, "File too large"),
+        (
+            "Beach",
+            Some(&over_the_budget),
+            None,
+            400,
+            "needs about 22 MiB of memory, and this appliance gives its requests 15 MiB of its board's memory (server.memory_budget_mib)",
+        ),
     ];
     for (name, background, overlay, status, why) in cases {
         let refused = upload(&operator, name, background, overlay);

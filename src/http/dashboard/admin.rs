@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::backdrops::BackdropError;
-use crate::http::form::read_form;
+use crate::http::form::{read_form, MAX_BODY_BYTES};
+use crate::pipeline::NoTurn;
 
 pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&str]) -> Handled {
     let get = matches!(method, Method::Get | Method::Head);
@@ -147,9 +148,15 @@ fn backdrops_page(cx: &Ctx, flash: Option<&str>, error: Option<(u16, &str)>) -> 
 
 /// The upload form: its fields as the API's form reads them (`image_file`
 /// the background, `bg_image_file` the overlay, `backdrop` the name).
+/// Its files and their decoding are held as a cut-out's are: in the work
+/// queue, within the memory budget.
 fn add_backdrop(cx: &Ctx, request: &mut Request) -> Handled {
     let content_type = header_value(request, "Content-Type").map(str::to_owned);
     let length = request.body_length().map(|n| n as u64);
+    let queue = &cx.state.pipeline.queue;
+    let Some(mut place) = queue.join(length.unwrap_or(MAX_BODY_BYTES).min(MAX_BODY_BYTES)) else {
+        return backdrops_page(cx, None, Some((503, BUSY)));
+    };
     let form = match read_form(content_type.as_deref(), length, request.as_reader()) {
         Ok(form) => form,
         Err(e) => {
@@ -165,23 +172,44 @@ fn add_backdrop(cx: &Ctx, request: &mut Request) -> Handled {
     };
     let overlay = form.bg_image_file.as_deref().filter(|o| !o.is_empty());
     let name = form.backdrop.as_deref().unwrap_or("");
+    let refused = |refused: BackdropError| match refused {
+        BackdropError::Io(e) => Err(Failure::Disk(e)),
+        refused => backdrops_page(cx, None, Some((400, &sentence(&refused.to_string())))),
+    };
+    let need = match crate::backdrops::adding_needs(background, overlay) {
+        Ok(need) => need,
+        Err(e) => return refused(e),
+    };
+    match place.wait_for_turn(need) {
+        Ok(()) => {}
+        Err(NoTurn::NeverFits { budget }) => {
+            let why = format!(
+                "Checking these images and making their preview needs about {} MiB of memory, and this appliance gives its requests \
+                 {} MiB of its board's memory (server.memory_budget_mib): upload smaller images.",
+                need.div_ceil(MIB),
+                budget / MIB
+            );
+            return backdrops_page(cx, None, Some((400, &why)));
+        }
+        Err(NoTurn::Busy) => return backdrops_page(cx, None, Some((503, BUSY))),
+    }
     match cx.state.backdrops().add(name, background, overlay) {
         Ok(_) => Ok(redirect("/admin/backdrops?done=backdrop-added")),
-        Err(BackdropError::Io(e)) => Err(Failure::Disk(e)),
-        Err(refused) => {
-            let why = refused.to_string();
-            let mut chars = why.chars();
-            let first = chars
-                .next()
-                .map(|c| c.to_uppercase().to_string())
-                .unwrap_or_default();
-            backdrops_page(
-                cx,
-                None,
-                Some((400, &format!("{first}{}.", chars.as_str()))),
-            )
-        }
+        Err(e) => refused(e),
     }
+}
+
+const MIB: u64 = 1 << 20;
+const BUSY: &str = "The appliance is busy with cut-outs: upload the backdrop again in a minute.";
+
+/// `why` as a sentence: a capital first, a full stop last.
+fn sentence(why: &str) -> String {
+    let mut chars = why.chars();
+    let first = chars
+        .next()
+        .map(|c| c.to_uppercase().to_string())
+        .unwrap_or_default();
+    format!("{first}{}.", chars.as_str())
 }
 
 fn booths_page(cx: &Ctx, flash: Option<&str>, error: Option<&str>) -> Handled {
