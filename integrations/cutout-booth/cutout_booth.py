@@ -535,6 +535,14 @@ class Link:
         except (ValueError, KeyError, TypeError) as exc:
             raise ApplianceError("the list of backdrops is not the appliance's JSON") from exc
 
+    def backdrop_image(self, backdrop_id: str, part: str) -> Answer:
+        """A backdrop's `background` or `overlay` as uploaded (`GET /api/backdrops/{id}/{part}`)."""
+        answer = self._request("GET", "/api/backdrops/{}/{}".format(urllib.parse.quote(backdrop_id, safe=""), part),
+                               None, {"X-Api-Key": self._settings[1]})
+        if answer.status != 200:
+            raise ApplianceError("HTTP {}{}".format(answer.status, _error_title(answer.body)))
+        return answer
+
     def account(self) -> Answer:
         """`GET /v1.0/account` (remove.bg's): the key's account and quota."""
         return self._request("GET", "/v1.0/account", None, {"X-Api-Key": self._settings[1]}, CHECK_SECONDS * 5)
@@ -629,6 +637,40 @@ def _not_ready(body: bytes) -> str:
         return "".join(" ({})".format(ready[key]) for key in ("model_error", "database_error") if ready.get(key))
     except Exception:
         return ""
+
+
+IMAGE_EXTENSIONS = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp"}
+
+
+def keep_backdrops(link: Link, folder: str) -> List[str]:
+    """Copies the appliance's backdrops into `folder`, for a program that
+    composites the cut-out itself: `<id>.jpg|png|webp` (the background) and
+    `<id>-overlay.png`. One whose files there add up to its size is not
+    fetched again; each file is written whole (renamed into place). Files of
+    a backdrop the appliance no longer has are left: a setting may still
+    name them. Returns the names of the backdrops fetched now."""
+    os.makedirs(folder, exist_ok=True)
+    fetched = []
+    for backdrop in link.backdrops():
+        backdrop_id = str(backdrop.get("id", ""))
+        if not backdrop_id.replace("-", "").isalnum():
+            continue  # ids are letters, digits and hyphens: never a path
+        mine = [name for name in os.listdir(folder)
+                if os.path.splitext(name)[0] in (backdrop_id, backdrop_id + "-overlay")]
+        if sum(os.path.getsize(os.path.join(folder, name)) for name in mine) == backdrop.get("bytes"):
+            continue
+        parts = ["background"] + (["overlay"] if backdrop.get("overlay") else [])
+        answers = {part: link.backdrop_image(backdrop_id, part) for part in parts}
+        for name in mine:
+            os.remove(os.path.join(folder, name))
+        for part, answer in answers.items():
+            extension = IMAGE_EXTENSIONS.get(answer.headers.get("content-type", ""), ".png")
+            path = os.path.join(folder, backdrop_id + ("-overlay" if part == "overlay" else "") + extension)
+            with open(path + ".partial", "wb") as file:
+                file.write(answer.body)
+            os.replace(path + ".partial", path)
+        fetched.append(str(backdrop.get("name", backdrop_id)))
+    return fetched
 
 
 class Status:

