@@ -22,14 +22,25 @@ the booth uses it again within 30 s of its return. A 12 MP capture crosses
 the LAN in a quarter of the bytes the full cut-out took.
 
 The plugin is loaded as pibooth's main() loads plugins (its entry point), its
-options added by pibooth_configure and read from a pibooth.cfg; the state
-hooks are called on the plugin alone (pibooth's own plugins want its window).
+options added by pibooth_configure and read from a pibooth.cfg; most tests
+call its state hooks on the plugin alone, on a real pibooth window where it
+draws. One runs pibooth itself (TheWholeProgram): its `pibooth` command, in
+a process of its own, on SDL's dummy display and gpiozero's mock pins, with
+this file as its plugin from a path ([GENERAL] plugins) for the camera
+(`pibooth_setup_camera`) and a guest at its keyboard, whose key presses are
+pygame's KEYDOWN and KEYUP events in pibooth's queue: the guest picks the
+appliance's "Beach" with the right arrow on the wait screen, takes a
+picture with P, and the picture pibooth saves shows the subject on the
+backdrop and under its overlay, as the appliance composited each capture,
+one cut-out charged per capture.
 
 usage: python test_pibooth_cutout.py   (in a venv: `make test-integrations`)
 """
 
 import io
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from appliance import CODE, OUTCOME, PHOTO, Appliance, Fallbacks, Pairing, Switch, free_port, other_fingerprint, wait_for  # noqa: E402
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pibooth.pictures imports pygame
+import pibooth  # noqa: E402
+import pygame  # noqa: E402
 from PIL import Image, ImageChops  # noqa: E402
 from pibooth.camera.base import BaseCamera  # noqa: E402
 from pibooth.config.parser import PiConfigParser  # noqa: E402
@@ -198,7 +211,23 @@ class Camera(BaseCamera):
     def capture(self, effect=None):
         self._captures.append((io.BytesIO(self.jpeg), effect or "none"))
 
+    def preview(self, window, flip=True):
+        self._window = window
+
+    def preview_countdown(self, timeout, alpha=60):
+        """The guest poses: pibooth's loop held for `timeout` seconds, its
+        window's events pumped, as its cameras' countdowns do."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pygame.event.pump()
+            time.sleep(1 / 40)
+
+    preview_wait = preview_countdown
+
     def stop_preview(self):
+        self._window = None
+
+    def quit(self):
         pass
 
     def _post_process_capture(self, capture_data):
@@ -404,6 +433,29 @@ class TheWaitScreen(unittest.TestCase):
             pairing.tearDown()
 
 
+def add_backdrops():
+    """The appliance's backdrops, as its operator adds them on its dashboard:
+    "Beach", blue under an opaque red band over its top tenth, and "Party"."""
+    blue = io.BytesIO()
+    Image.new("RGB", (300, 200), (0, 0, 255)).save(blue, format="PNG")
+    band = Image.new("RGBA", (300, 200), (0, 0, 0, 0))
+    band.paste((255, 0, 0, 255), (0, 0, 300, 20))
+    overlay = io.BytesIO()
+    band.save(overlay, format="PNG")
+    appliance.add_backdrop("Beach", blue.getvalue(), overlay.getvalue())
+    appliance.add_backdrop("Party", blue.getvalue())
+
+
+def assert_on_the_beach(test, picture: Image.Image):
+    """The picture shows the backdrop's blue, and its overlay's red over it."""
+    colours = dict((colour, n) for n, colour in picture.convert("RGB").getcolors(maxcolors=picture.width * picture.height))
+    blueish = sum(n for (r, g, b), n in colours.items() if b > 200 and r < 40 and g < 40)
+    reddish = sum(n for (r, g, b), n in colours.items() if r > 200 and g < 40 and b < 40)
+    print(f"\n  the picture: {blueish} pixels of the backdrop's blue, {reddish} of its overlay's red", end=" ", file=sys.stderr)
+    test.assertGreater(blueish, picture.width * picture.height // 10, "the subject stands on the backdrop")
+    test.assertGreater(reddish, picture.width * picture.height // 100, "under its overlay")
+
+
 class TheBackdrops(unittest.TestCase):
     """The appliance's backdrops as pibooth's themes: the guest picks one on the wait screen."""
 
@@ -418,16 +470,7 @@ class TheBackdrops(unittest.TestCase):
         plugins.get_plugin("cutout").THEMES.index = 0
 
     def test_a_guest_picks_a_backdrop_with_the_arrow_keys_and_stands_on_it(self):
-        import pygame
-
-        blue = io.BytesIO()
-        Image.new("RGB", (300, 200), (0, 0, 255)).save(blue, format="PNG")
-        band = Image.new("RGBA", (300, 200), (0, 0, 0, 0))
-        band.paste((255, 0, 0, 255), (0, 0, 300, 20))  # an opaque red band over the top tenth
-        overlay = io.BytesIO()
-        band.save(overlay, format="PNG")
-        appliance.add_backdrop("Beach", blue.getvalue(), overlay.getvalue())
-        appliance.add_backdrop("Party", blue.getvalue())
+        add_backdrops()
         set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
         themes = plugins.get_plugin("cutout").THEMES
         themes.fetched = float("-inf")  # as at pibooth's start
@@ -446,18 +489,112 @@ class TheBackdrops(unittest.TestCase):
         before = charged()
         picture, _ = a_guest(Camera(), captures=2, countdown=0.5)
         self.assertEqual(charged(), before + 2)
-        colours = dict((colour, n) for n, colour in picture.convert("RGB").getcolors(maxcolors=picture.width * picture.height))
-        blueish = sum(n for (r, g, b), n in colours.items() if b > 200 and r < 40 and g < 40)
-        reddish = sum(n for (r, g, b), n in colours.items() if r > 200 and g < 40 and b < 40)
-        print(f"\n  the picture: {blueish} pixels of the backdrop's blue, {reddish} of its overlay's red", end=" ", file=sys.stderr)
-        self.assertGreater(blueish, picture.width * picture.height // 10, "the subject stands on the backdrop")
-        self.assertGreater(reddish, picture.width * picture.height // 100, "under its overlay")
+        assert_on_the_beach(self, picture)
         left = pygame.event.Event(pygame.KEYDOWN, key=pygame.K_LEFT)
         ours("state_wait_do")(cfg=config, app=None, win=self.win, events=[left])
         self.assertEqual(themes.title(), "No backdrop")
         plain, _ = a_guest(Camera(), captures=2, countdown=0.5)
         self.assertGreater(green_pixels(plain), green_pixels(picture) + 1000,
                            "without a backdrop, pibooth's own background behind the subject")
+
+
+# The plugin that TheWholeProgram has pibooth load from this file ([GENERAL]
+# plugins), in pibooth's own process: its camera, and a guest at its
+# keyboard. Nothing else calls these hooks.
+GUEST = {"band": None, "pressed_p": False}
+BAND = (20, 20, 20)  # the plugin's bands on the wait screen
+
+
+@pibooth.hookimpl
+def pibooth_setup_camera(cfg):
+    return Camera()
+
+
+def press(key, unicode=""):
+    """A key pressed and released, as a keyboard's events reach pygame's queue."""
+    for type in (pygame.KEYDOWN, pygame.KEYUP):
+        pygame.event.post(pygame.event.Event(type, key=key, mod=pygame.KMOD_NONE, unicode=unicode))
+
+
+@pibooth.hookimpl
+def state_wait_validate(win):
+    """The guest at the wait screen, as pibooth has just drawn it: once the
+    band at the bottom offers the appliance's backdrops, the right arrow to
+    the next; once the band shows another name, P for the picture."""
+    width, height = win.surface.get_size()
+    if tuple(win.surface.get_at((2, height - 10)))[:3] != BAND:
+        return
+    band_height = max(32, height // 16)  # as the plugin draws it
+    band = pygame.image.tobytes(win.surface.subsurface((0, height - band_height, width, band_height)), "RGB")
+    if GUEST["band"] is None:
+        GUEST["band"] = band
+        press(pygame.K_RIGHT)
+    elif band != GUEST["band"] and not GUEST["pressed_p"]:
+        GUEST["pressed_p"] = True
+        press(pygame.K_p, "p")  # pibooth 2.1.1's key for a picture (PiApplication.find_capture_event)
+
+
+@pibooth.hookimpl
+def state_choose_enter():
+    press(pygame.K_LEFT)  # the layout on the left: [PICTURE] captures' first, two captures
+
+
+@pibooth.hookimpl
+def state_wait_enter(app):
+    if app.previous_picture_file:  # the guest's picture is saved: the operator closes pibooth
+        pygame.event.post(pygame.event.Event(pygame.QUIT))
+
+
+class TheWholeProgram(unittest.TestCase):
+    """pibooth's `pibooth` command, as an operator starts it, with this file
+    as its plugin from a path: a guest picks a backdrop with the arrow keys
+    and the picture pibooth saves shows the subject on it."""
+
+    def tearDown(self):
+        appliance.remove_backdrops()
+
+    def test_a_guest_picks_a_backdrop_with_the_arrow_keys_and_the_picture_shows_the_subject_on_it(self):
+        add_backdrops()
+        booth = Path(tempfile.mkdtemp(prefix="pibooth-booth-"))
+        self.addCleanup(shutil.rmtree, booth, ignore_errors=True)
+        (booth / "config").mkdir()
+        pictures = booth / "pictures"
+        # Short delays, so that the guest's whole sequence takes seconds; no
+        # print view, as no printer is installed here.
+        (booth / "config" / "pibooth.cfg").write_text(
+            f'[GENERAL]\ndirectory = "{pictures}"\nplugins = "{Path(__file__).resolve()}"\n\n'
+            "[WINDOW]\nchosen_delay = 0.5\npreview_delay = 1\nfinish_picture_delay = 0.5\n\n"
+            "[PICTURE]\ncaptures = (2, 1)\n\n"
+            "[PRINTER]\nprinter_delay = 0\n\n"
+            f"[CUTOUT]\nurl = {appliance.https_url}\napi_key = {appliance.key}\n"
+            f"fingerprint = {appliance.fingerprint}\nbackdrops = manual\n")
+        # A home of its own: pibooth removes ~/.config/autostart/pibooth.desktop at its start.
+        env = dict(os.environ, HOME=str(booth), SDL_VIDEODRIVER="dummy", SDL_AUDIODRIVER="dummy",
+                   GPIOZERO_PIN_FACTORY="mock")
+        before = charged()
+        started = time.monotonic()
+        try:
+            run = subprocess.run([Path(sys.executable).with_name("pibooth"), booth / "config", "--nolog", "--verbose"],
+                                 env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired as stopped:
+            said = b"".join(out or b"" for out in (stopped.stdout, stopped.stderr)).decode(errors="replace")
+            self.fail(f"pibooth still ran after 60 s:\n{said}")
+        took = time.monotonic() - started
+        said = run.stdout + run.stderr
+        self.assertEqual(run.returncode, 0, said)
+        self.assertNotRegex(said, r"\[ (ERROR|CRITICAL)", "pibooth's loop caught an error")
+        self.assertNotRegex(said, r"WARNING *\] pibooth\.cutout", "the plugin had a word for the wait screen")
+        states = re.findall(r"Activate state '(\w+)'", said)
+        print(f"\n  pibooth ran {took:.1f} s through {', '.join(states)}", end=" ", file=sys.stderr)
+        self.assertEqual(states, ["wait", "choose", "chosen", "preview", "capture", "preview", "capture",
+                                  "processing", "finish", "wait"], said)
+        self.assertIn("backdrop 'Beach' chosen on the wait screen", said)
+        self.assertIn("this guest's backdrop: 'Beach'", said)
+        self.assertEqual(charged(), before + 2, "one cut-out a capture")
+        saved = list(pictures.glob("*_pibooth.jpg"))
+        self.assertEqual(len(saved), 1, f"{saved}: one picture saved\n{said}")
+        with Image.open(saved[0]) as picture:
+            assert_on_the_beach(self, picture)
 
 
 def line() -> str:
