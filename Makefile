@@ -261,7 +261,8 @@ deb-arm64: models
 # the files of `make deb`, but the binary is the test build's, packaged as
 # built (the same code at the tests' optimisation, not a second build;
 # cargo-deb warns about the dev profile), and the compression faster (325 MB
-# of models).
+# of models). With PREVIOUS_DEB (.ci/run's: the package of its last passing
+# run), that one is installed and used first, and this one over it.
 test-deb:
 	$(TEST_BUILD)
 	$(MAKE) deb DEB_PROFILE=dev DEB_FLAGS="--fast --no-build"

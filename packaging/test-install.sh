@@ -3,7 +3,10 @@
 # minbase; no container runtime needed), then, against the installed files:
 # `cutout --version`, the packaged configuration, and the API served by the
 # service user, with an account and a key made by the installed CLI; an
-# upgrade over it and a purge.
+# upgrade over it and a purge. With PREVIOUS_DEB (CI sets it: the package its
+# last passing run built, kept in its build cache), that package is
+# installed and used first, and this one installed over it, as an operator
+# upgrades.
 # Usage (as root): packaging/test-install.sh target/debian/cutout_*.deb photo.jpg
 set -eu
 deb=$(realpath "$1")
@@ -34,9 +37,19 @@ else
 fi
 mount -t proc proc "$root/proc"
 cp "$deb" "$root/tmp/cutout.deb"
-chroot "$root" apt-get install -y -qq /tmp/cutout.deb
+previous=${PREVIOUS_DEB:-}
+if [ -n "$previous" ] && [ -f "$previous" ]; then
+    echo "first the previous package: $previous ($(dpkg-deb -f "$previous" Version))"
+    cp "$previous" "$root/tmp/cutout-previous.deb"
+    chroot "$root" apt-get install -y -qq /tmp/cutout-previous.deb
+else
+    previous=""
+    chroot "$root" apt-get install -y -qq /tmp/cutout.deb
+fi
 
 as_cutout() { chroot --userspec=cutout:cutout "$root" "$@"; }
+cli() { as_cutout cutout --config /etc/cutout/cutout.toml "$@"; }
+used() { cli usage booth | awk '{print $3}'; }
 chroot "$root" cutout --version
 test "$(chroot "$root" stat -c %U /var/lib/cutout)" = cutout
 chroot "$root" test -f /lib/systemd/system/cutout.service
@@ -71,6 +84,22 @@ cut_out_with() {
     pid=""
 }
 cut_out_with tract
+if [ -n "$previous" ]; then
+    # This package over the previous one, which served and holds an account,
+    # a key, a count, its certificate and an operator's edit of cutout.toml.
+    # The same version number too: --reinstall, so that apt unpacks it.
+    fingerprint=$(cli tls fingerprint)
+    echo "# edited on the previous version" >> "$root/etc/cutout/cutout.toml"
+    edited=$(sha256sum < "$root/etc/cutout/cutout.toml")
+    before=$(used)
+    chroot "$root" apt-get install -y -qq --reinstall /tmp/cutout.deb
+    dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/bin/cutout | cmp - "$root/usr/bin/cutout"
+    test "$(sha256sum < "$root/etc/cutout/cutout.toml")" = "$edited"
+    test "$(cli tls fingerprint)" = "$fingerprint"
+    test "$(used)" = "$before"
+    cut_out_with tract
+    test "$(used)" = $((before + 1))
+fi
 as_cutout cutout --config /etc/cutout/cutout.toml tls fingerprint | grep -Eq '^([0-9A-F]{2}:){31}[0-9A-F]{2}$'
 # The packaged ONNX Runtime library: found, its sha256 checked, loaded.
 cut_out_with onnxruntime
@@ -86,8 +115,6 @@ test "$(chroot "$root" stat -c %U /var/lib/cutout/bench.json)" = cutout
 # directory left alone). The operator's edit of cutout.toml, the accounts,
 # keys, counts and certificate stay, and the key from before cuts out.
 # (tests/api/upgrade.rs migrates a database of every earlier schema.)
-cli() { as_cutout cutout --config /etc/cutout/cutout.toml "$@"; }
-used() { cli usage booth | awk '{print $3}'; }
 fingerprint=$(cli tls fingerprint)
 echo "# edited by the operator" >> "$root/etc/cutout/cutout.toml"
 edited=$(sha256sum < "$root/etc/cutout/cutout.toml")
@@ -115,4 +142,4 @@ if chroot "$root" getent passwd cutout || chroot "$root" getent group cutout; th
 fi
 chroot "$root" apt-get install -y -qq /tmp/cutout.deb
 test "$(cli account list | wc -l)" = 1
-echo "installed package: --version, configuration, service user, HTTPS and API on both engines, bench, an upgrade that keeps the data and the edited configuration, and a purge all work"
+echo "installed package${previous:+ (over the previous one)}: --version, configuration, service user, HTTPS and API on both engines, bench, an upgrade that keeps the data and the edited configuration, and a purge all work"
