@@ -42,12 +42,12 @@ impl Scheduled {
 
     /// Takes a backup whenever one is due, until `stopping` says so.
     pub fn run(&self, sources: &Sources, stopping: impl Fn() -> bool) {
+        let every = self.schedule.every.as_secs() as i64;
         while !stopping() {
-            let due =
-                self.last().made.map_or(0, |(at, _)| at) + self.schedule.every.as_secs() as i64;
-            let tried =
-                self.last().failed.map_or(0, |(at, _)| at) + self.schedule.every.as_secs() as i64;
-            if unix_now() >= due.max(tried) {
+            let last = self.last();
+            let made = last.made.map_or(0, |(at, _)| at);
+            let tried = last.failed.map_or(0, |(at, _)| at);
+            if unix_now() >= made.max(tried) + every {
                 self.take_one(sources);
             }
             std::thread::sleep(Duration::from_millis(250));
@@ -93,6 +93,8 @@ impl Scheduled {
     }
 }
 
+/// Wall time, not the app's `Clock` (a manual one in the tests): a backup
+/// is named by when it was really taken.
 fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
