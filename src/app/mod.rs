@@ -9,7 +9,7 @@ pub mod throttle;
 pub mod tries;
 
 /// A cut-out's memory, kept reserved while its answer is sent.
-pub use crate::pipeline::Held;
+pub use crate::pipeline::{Held, NoTurn};
 pub use admission::{Admission, Charge, Charged, Upload};
 
 use crate::backup::schedule::Scheduled;

@@ -1,9 +1,9 @@
 //! The operator's pages: accounts, plans, suspensions, usage, status.
 
 use super::*;
+use crate::app::NoTurn;
 use crate::backdrops::BackdropError;
 use crate::http::form::{read_form, MAX_BODY_BYTES};
-use crate::pipeline::NoTurn;
 
 pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&str]) -> Handled {
     let get = matches!(method, Method::Get | Method::Head);
