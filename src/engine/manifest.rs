@@ -56,6 +56,11 @@ pub struct ModelSpec {
     pub license: String,
     /// Multiply-adds of one run per input pixel (bench/cost.py).
     pub macs_per_pixel: u64,
+    /// What one run holds beside the idle server with the model loaded, in
+    /// MiB, on each engine: the most of a first run at its largest input
+    /// (ONNX Runtime's arena grows to it and keeps it; tract plans each
+    /// input size once and keeps the plan).
+    pub working_mib: PerEngine,
     /// Its mattes' error against the peers' (`make eval`).
     #[serde(default)]
     pub dev_mae: Option<DevMae>,
@@ -138,6 +143,24 @@ pub enum InputFilter {
     #[default]
     CatmullRom,
     Bilinear,
+}
+
+/// A figure for each engine.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct PerEngine {
+    pub tract: u64,
+    pub onnxruntime: u64,
+}
+
+impl PerEngine {
+    /// `engine`'s figure; the larger where the engine is not known yet.
+    pub fn on(self, engine: Option<EngineKind>) -> u64 {
+        match engine {
+            Some(EngineKind::Tract) => self.tract,
+            Some(EngineKind::Onnxruntime) => self.onnxruntime,
+            None => self.tract.max(self.onnxruntime),
+        }
+    }
 }
 
 /// The sha256 of the file each engine loads; a model may have none for tract.

@@ -10,11 +10,6 @@ use crate::imaging::{Finish, Format, Header, Length};
 
 const MIB: u64 = 1 << 20;
 
-/// The model's side of a cut-out: its inputs scaled from the photo, their
-/// tensors and mattes (IS-Net's two views and U2NetP's at most). The
-/// engines' own working memory is the idle server's.
-pub const MODEL_WORKING: u64 = 64 * MIB;
-
 /// What a cut-out holds at its peak, and the step where it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Need {
@@ -24,9 +19,11 @@ pub struct Need {
 
 /// The most bytes a cut-out of `photo` to `output` pixels, finished as
 /// `finish` asks (the headers of its background and overlay images in
-/// `background` and `overlay`), holds at once.
+/// `background` and `overlay`), holds at once, where its model runs hold
+/// `model_working` (`Pipeline::rung_working`).
 pub fn need(
     photo: &Header,
+    model_working: u64,
     output: (u32, u32),
     finish: &Finish,
     background: Option<&Header>,
@@ -46,7 +43,7 @@ pub fn need(
     let scaling = if photo.alpha { source / 2 } else { source / 4 };
     let mut steps = vec![
         ("decoding the photo", photo.decoding),
-        ("running the model", source + scaling + MODEL_WORKING),
+        ("running the model", source + scaling + model_working),
     ];
     if resized > 0 {
         steps.push((
@@ -165,6 +162,9 @@ mod tests {
     use super::*;
     use crate::imaging::{Background, Shadow, ShadowKind};
 
+    /// U2NetP's on tract.
+    const MODEL_WORKING: u64 = 70 * MIB;
+
     fn photo(width: u32, height: u32, alpha: bool, decoding: u64) -> Header {
         Header {
             width,
@@ -179,7 +179,14 @@ mod tests {
         // A 12 MP JPEG cut out at its size: the photo beside the model's
         // working memory, more than its PNG.
         let jpeg = photo(4000, 3000, false, 36_000_000 + 4 * MIB);
-        let need = need(&jpeg, (4000, 3000), &Finish::default(), None, None);
+        let need = need(
+            &jpeg,
+            MODEL_WORKING,
+            (4000, 3000),
+            &Finish::default(),
+            None,
+            None,
+        );
         assert_eq!(
             need,
             Need {
@@ -190,12 +197,26 @@ mod tests {
         // 25 MP: the PNG of its cut-out, 100 MB of RGBA and an eighth more
         // at most, beside the photo.
         let large = photo(5000, 5000, false, 75_000_000 + 4 * MIB);
-        let need = super::need(&large, (5000, 5000), &Finish::default(), None, None);
+        let need = super::need(
+            &large,
+            MODEL_WORKING,
+            (5000, 5000),
+            &Finish::default(),
+            None,
+            None,
+        );
         assert_eq!(need.at, "writing the PNG");
         assert_eq!(need.bytes, 75_000_000 + 112_500_000 + 5000 + MIB);
         // A progressive 50 MP JPEG: its coefficients.
         let progressive = photo(10_000, 5_000, false, 450_000_000);
-        let need = super::need(&progressive, (7071, 3535), &Finish::default(), None, None);
+        let need = super::need(
+            &progressive,
+            MODEL_WORKING,
+            (7071, 3535),
+            &Finish::default(),
+            None,
+            None,
+        );
         assert_eq!(need.at, "decoding the photo");
     }
 
@@ -212,14 +233,17 @@ mod tests {
             }),
             ..Finish::default()
         };
-        let finished = need(&jpeg, (5000, 5000), &roi, None, None);
+        let finished = need(&jpeg, MODEL_WORKING, (5000, 5000), &roi, None, None);
         assert_eq!(finished.at, "encoding the result");
         // The fill's plane is a byte a pixel, under what encoding holds.
         let fill = Finish {
             fill_enclosed: true,
             ..roi.clone()
         };
-        assert_eq!(need(&jpeg, (5000, 5000), &fill, None, None), finished);
+        assert_eq!(
+            need(&jpeg, MODEL_WORKING, (5000, 5000), &fill, None, None),
+            finished
+        );
         let shadow = Finish {
             shadow: Some(Shadow {
                 kind: ShadowKind::Drop,
@@ -227,7 +251,10 @@ mod tests {
             }),
             ..roi.clone()
         };
-        assert_eq!(need(&jpeg, (5000, 5000), &shadow, None, None), finished);
+        assert_eq!(
+            need(&jpeg, MODEL_WORKING, (5000, 5000), &shadow, None, None),
+            finished
+        );
         // A crop with margins of half the subject each side: a canvas of
         // four times the pixels.
         let half = Length::Percent(50.0);
@@ -240,7 +267,7 @@ mod tests {
             }),
             ..roi.clone()
         };
-        let cropped = need(&jpeg, (5000, 5000), &crop, None, None);
+        let cropped = need(&jpeg, MODEL_WORKING, (5000, 5000), &crop, None, None);
         assert_eq!(cropped.at, "encoding the result");
         assert!(cropped.bytes > 3 * finished.bytes, "{cropped:?}");
         // A background as large as the result costs its decoding besides.
@@ -251,6 +278,7 @@ mod tests {
         let background = photo(5000, 5000, false, 80_000_000);
         let behind = need(
             &jpeg,
+            MODEL_WORKING,
             (5000, 5000),
             &with_background,
             Some(&background),
@@ -261,6 +289,7 @@ mod tests {
         let overlay = photo(6000, 6000, true, 150_000_000);
         let framed = need(
             &jpeg,
+            MODEL_WORKING,
             (5000, 5000),
             &with_background,
             Some(&background),

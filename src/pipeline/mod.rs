@@ -79,6 +79,17 @@ pub struct Model {
     loading: Once,
 }
 
+impl Model {
+    /// The engine it runs on, once loaded.
+    pub fn engine(&self) -> Option<EngineKind> {
+        match self.inference.engine_name()? {
+            "tract-onnx" => Some(EngineKind::Tract),
+            "onnxruntime" => Some(EngineKind::Onnxruntime),
+            _ => None,
+        }
+    }
+}
+
 /// Where models named by `type` are loaded from on first use.
 pub struct Loader {
     pub models_dir: PathBuf,
@@ -183,6 +194,13 @@ impl Pipeline {
         if let (EngineKind::Onnxruntime, Some(trial)) = (loader.engine.kind, &loader.trial) {
             trial.settle();
         }
+    }
+
+    /// What one run of `model` holds at most beside the idle server, on
+    /// the engine that runs it (the configured one until it is loaded).
+    pub fn working(&self, model: &Model) -> u64 {
+        let configured = self.loader.as_ref().map(|loader| loader.engine.kind);
+        model.spec.working_mib.on(model.engine().or(configured)) << 20
     }
 
     /// `type=auto`'s model: the one the server loads at start.
@@ -353,8 +371,18 @@ impl Pipeline {
             .transpose()
             .map_err(|e| overlay_error(e, finish))?;
         let output = output_size(photo.width, photo.height, size)?;
+        // `type=auto` serves the rung the board's budget allows.
+        let rung = match subject {
+            SubjectType::Auto => self.serving(),
+            _ => Rung::Alone,
+        };
+        let model_working = match subject {
+            SubjectType::Auto => self.rung_working(rung),
+            _ => self.working(self.model(subject)),
+        };
         let need = memory::need(
             &photo,
+            model_working,
             output,
             finish,
             background.as_ref(),
@@ -387,11 +415,6 @@ impl Pipeline {
             return Err(ApiError::ClientGone);
         }
         self.load(subject);
-        // `type=auto` serves the rung the board's budget allows.
-        let rung = match subject {
-            SubjectType::Auto => self.serving(),
-            _ => Rung::Alone,
-        };
         let model = match rung {
             Rung::Fast => &self.models[self.blended[0]],
             Rung::Views | Rung::OneView | Rung::Alone => self.model(subject),

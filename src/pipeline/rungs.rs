@@ -3,9 +3,9 @@
 //! multiply-adds. Which rung serves is the ladder's choice (`crate::ladder`).
 //! Nothing here runs a model.
 
-use super::Pipeline;
+use super::{Model, Pipeline};
 use crate::engine::preprocess::input_layout;
-use crate::engine::{InputSpec, ModelSpec};
+use crate::engine::{EngineKind, InputSpec};
 use std::sync::atomic::Ordering;
 
 /// One way to serve `type=auto`, best mattes first.
@@ -127,36 +127,55 @@ impl Pipeline {
         self.serving.store(index, Ordering::Relaxed);
     }
 
-    /// The multiply-adds of the most a `width`×`height` photo can cost on
-    /// `rung`: every view and the second opinion, as `(f32, int8)`.
-    pub fn rung_macs(&self, rung: Rung, width: u32, height: u32) -> (u64, u64) {
+    /// Every model run `rung` may make on a photo: every view and the
+    /// second opinion.
+    fn runs(&self, rung: Rung) -> Vec<(&Model, InputSpec)> {
         let auto = self.default_model();
-        let mut runs: Vec<(&ModelSpec, InputSpec)> = Vec::new();
+        let mut runs = vec![];
         match rung {
             Rung::Views | Rung::OneView => {
-                runs.push((&auto.spec, auto.spec.input));
+                runs.push((auto, auto.spec.input));
                 if let Some(blend) = &auto.spec.blend {
                     if rung == Rung::Views {
-                        runs.extend(blend.inputs.iter().map(|&input| (&auto.spec, input)));
+                        runs.extend(blend.inputs.iter().map(|&input| (auto, input)));
                     }
                     runs.extend(self.blended.iter().map(|&i| {
-                        let spec = &self.models[i].spec;
-                        (spec, spec.input)
+                        let model = &self.models[i];
+                        (model, model.spec.input)
                     }));
                 }
                 if auto.spec.second_opinion.is_some() && self.person != 0 {
-                    let spec = &self.models[self.person].spec;
-                    runs.push((spec, spec.input));
+                    let person = &self.models[self.person];
+                    runs.push((person, person.spec.input));
                 }
             }
-            Rung::Alone => runs.push((&auto.spec, auto.spec.input)),
+            Rung::Alone => runs.push((auto, auto.spec.input)),
             Rung::Fast => {
-                let spec = &self.models[self.blended[0]].spec;
-                runs.push((spec, spec.input));
+                let fast = &self.models[self.blended[0]];
+                runs.push((fast, fast.spec.input));
             }
         }
+        runs
+    }
+
+    /// What the model runs of `rung` hold at most beside the idle server:
+    /// each run's own, summed, as each may be the first of its model or of
+    /// its size on tract (`ModelSpec::working_mib`).
+    pub fn rung_working(&self, rung: Rung) -> u64 {
+        let mut runs = self.runs(rung);
+        // ONNX Runtime's arena serves each run of its model in turn.
+        runs.dedup_by(|a, b| {
+            std::ptr::eq(a.0, b.0) && a.0.engine() == Some(EngineKind::Onnxruntime)
+        });
+        runs.into_iter().map(|(model, _)| self.working(model)).sum()
+    }
+
+    /// The multiply-adds of the most a `width`×`height` photo can cost on
+    /// `rung`: every view and the second opinion, as `(f32, int8)`.
+    pub fn rung_macs(&self, rung: Rung, width: u32, height: u32) -> (u64, u64) {
+        let runs = self.runs(rung);
         let mut macs = (0, 0);
-        for (spec, input) in runs {
+        for (Model { spec, .. }, input) in runs {
             let (w, h) = input_layout(input, width, height).input;
             let run = spec.macs_per_pixel * u64::from(w) * u64::from(h);
             match spec.int8 {
