@@ -57,9 +57,9 @@ pub struct ModelSpec {
     /// Multiply-adds of one run per input pixel (bench/cost.py).
     pub macs_per_pixel: u64,
     /// What one run holds beside the idle server with the model loaded, in
-    /// MiB, on each engine: the most of a first run at its largest input
-    /// (ONNX Runtime's arena grows to it and keeps it; tract plans each
-    /// input size once and keeps the plan).
+    /// MiB, on each engine: on tract a first run at its largest input (its
+    /// plan for a size is kept); on ONNX Runtime a run beside the arena
+    /// grown at load (`OnnxRuntimeEngine::load`).
     pub working_mib: PerEngine,
     /// Its mattes' error against the peers' (`make eval`).
     #[serde(default)]

@@ -70,7 +70,8 @@ pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Resul
                 );
             };
             read_checked(&library, sha256, "ONNX Runtime library", "make onnxruntime")?;
-            Arc::new(OnnxRuntimeEngine::load(&model, &path, &library)?)
+            let largest = preprocess::largest_input(spec.input);
+            Arc::new(OnnxRuntimeEngine::load(&model, &path, &library, largest)?)
         }
     })
 }

@@ -19,8 +19,14 @@ pub struct OnnxRuntimeEngine {
 impl OnnxRuntimeEngine {
     /// `library` must already be checked. The first library a process
     /// loads stays for good: later calls use it, whatever `library` says.
-    /// `model` is the file prepared for ONNX Runtime (models/prepare.py).
-    pub fn load(model: &[u8], path: &Path, library: &Path) -> Result<OnnxRuntimeEngine> {
+    /// `model` is the file prepared for ONNX Runtime (models/prepare.py);
+    /// `largest` its largest input (`preprocess::largest_input`).
+    pub fn load(
+        model: &[u8],
+        path: &Path,
+        library: &Path,
+        largest: (u32, u32),
+    ) -> Result<OnnxRuntimeEngine> {
         let environment = environment(library)?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let session = Session::builder(&environment)?
@@ -36,9 +42,21 @@ impl OnnxRuntimeEngine {
             .map_err(|e| anyhow!("{e}"))?
             .commit_from_memory(model)
             .map_err(|e| anyhow!("loading {}: {e}", path.display()))?;
-        Ok(OnnxRuntimeEngine {
+        let engine = OnnxRuntimeEngine {
             session: Mutex::new(session),
-        })
+        };
+        // The arena grows to the largest input a run has had and keeps it:
+        // grown here, it is the idle server's, and a request reserves only
+        // what a run adds to it (manifest `working_mib`).
+        let (width, height) = largest;
+        engine
+            .run(
+                vec![0.0; 3 * width as usize * height as usize],
+                width,
+                height,
+            )
+            .map_err(|e| anyhow!("a first run of {}: {e}", path.display()))?;
+        Ok(engine)
     }
 }
 

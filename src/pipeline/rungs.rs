@@ -5,7 +5,7 @@
 
 use super::{Model, Pipeline};
 use crate::engine::preprocess::input_layout;
-use crate::engine::{EngineKind, InputSpec};
+use crate::engine::InputSpec;
 use std::sync::atomic::Ordering;
 
 /// One way to serve `type=auto`, best mattes first.
@@ -159,14 +159,10 @@ impl Pipeline {
     }
 
     /// What the model runs of `rung` hold at most beside the idle server:
-    /// each run's own, summed, as each may be the first of its model or of
-    /// its size on tract (`ModelSpec::working_mib`).
+    /// each run's own, summed, as each keeps its input and matte and may be
+    /// the first of its size on tract (`ModelSpec::working_mib`).
     pub fn rung_working(&self, rung: Rung) -> u64 {
-        let mut runs = self.runs(rung);
-        // ONNX Runtime's arena serves each run of its model in turn.
-        runs.dedup_by(|a, b| {
-            std::ptr::eq(a.0, b.0) && a.0.engine() == Some(EngineKind::Onnxruntime)
-        });
+        let runs = self.runs(rung);
         runs.into_iter().map(|(model, _)| self.working(model)).sum()
     }
 

@@ -86,9 +86,8 @@ fn the_costliest_requests_stay_within_what_is_reserved_for_them_on_onnxruntime()
     costliest_requests_within_their_reserve("onnxruntime");
 }
 
-/// On `engine`, a server serving U2NetP, warmed as the issue found it by
-/// one small `type=car` request (IS-Net's run): U2NetP's first run, whose
-/// arena or plan grows then, is one of the measured.
+/// On `engine`, a server serving U2NetP that has run only IS-Net, for one
+/// small `type=car` request: U2NetP's first request is one of the measured.
 fn costliest_requests_within_their_reserve(engine: &str) {
     let data = tempfile::tempdir().unwrap();
     let key = cli_account(data.path(), "booth", "business");
@@ -179,13 +178,9 @@ fn costliest_requests_within_their_reserve(engine: &str) {
 fn a_request_over_the_budget_is_refused_for_what_it_needs_and_a_long_line_gets_503() {
     let data = tempfile::tempdir().unwrap();
     let key = cli_account(data.path(), "booth", "business");
-    let env = [
-        ("CUTOUT_SERVER_MEMORY_BUDGET_MIB", "400".to_owned()),
-        ("CUTOUT_ENGINE", "onnxruntime".to_owned()),
-    ];
+    let env = [("CUTOUT_SERVER_MEMORY_BUDGET_MIB", "300".to_owned())];
     let server = Server::start_with(data.path(), &models_dir(), "warn", &[], &env);
-    // 16-bit or not, 25 MP is 100 MB of RGBA at 8 bits: beside U2NetP's
-    // run on ONNX Runtime (155 MiB) it fits; 50 MP does not.
+    // 16-bit or not, 25 MP is 100 MB of RGBA at 8 bits: it fits.
     let fits = post(&server, &key, &sixteen_bit_png(5000, 5000), &[]);
     assert_eq!(fits.status, 200, "{}", fits.text());
     let too_large = post(&server, &key, &sixteen_bit_png(10_000, 5_000), &[]);
