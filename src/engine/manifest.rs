@@ -58,8 +58,8 @@ pub struct ModelSpec {
     pub macs_per_pixel: u64,
     /// What one run holds beside the idle server with the model loaded, in
     /// MiB, on each engine: on tract a first run at its largest input (its
-    /// plan for a size is kept); on ONNX Runtime a run beside the arena
-    /// grown at load (`OnnxRuntimeEngine::load`).
+    /// plan for a size is kept); on ONNX Runtime a run beside its arena
+    /// at its largest input (`OnnxRuntimeEngine::load`).
     pub working_mib: PerEngine,
     /// Its mattes' error against the peers' (`make eval`).
     #[serde(default)]

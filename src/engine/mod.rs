@@ -70,8 +70,12 @@ pub fn load(spec: &ModelSpec, models_dir: &Path, choice: &EngineChoice) -> Resul
                 );
             };
             read_checked(&library, sha256, "ONNX Runtime library", "make onnxruntime")?;
-            let largest = preprocess::largest_input(spec.input);
-            Arc::new(OnnxRuntimeEngine::load(&model, &path, &library, largest)?)
+            Arc::new(OnnxRuntimeEngine::load(
+                &model,
+                &path,
+                &library,
+                spec.input.fixed_size(),
+            )?)
         }
     })
 }

@@ -20,12 +20,12 @@ impl OnnxRuntimeEngine {
     /// `library` must already be checked. The first library a process
     /// loads stays for good: later calls use it, whatever `library` says.
     /// `model` is the file prepared for ONNX Runtime (models/prepare.py);
-    /// `largest` its largest input (`preprocess::largest_input`).
+    /// `fixed` its one input size, where it has one.
     pub fn load(
         model: &[u8],
         path: &Path,
         library: &Path,
-        largest: (u32, u32),
+        fixed: Option<(u32, u32)>,
     ) -> Result<OnnxRuntimeEngine> {
         let environment = environment(library)?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -45,17 +45,23 @@ impl OnnxRuntimeEngine {
         let engine = OnnxRuntimeEngine {
             session: Mutex::new(session),
         };
-        // The arena grows to the largest input a run has had and keeps it:
-        // grown here, it is the idle server's, and a request reserves only
-        // what a run adds to it (manifest `working_mib`).
-        let (width, height) = largest;
-        engine
-            .run(
-                vec![0.0; 3 * width as usize * height as usize],
-                width,
-                height,
-            )
-            .map_err(|e| anyhow!("a first run of {}: {e}", path.display()))?;
+        // The arena grows to the largest input a run has had and keeps it.
+        // A model of one input size grows it here, so that it is the idle
+        // server's and a request reserves only what a run adds (manifest
+        // `working_mib`). One whose input follows the photo's shape (IS-Net,
+        // MODNet) grows it over its first requests, up to its largest input:
+        // the board's budget leaves that beside the idle server
+        // (`board::IDLE_WITH_ISNET`); a run at its largest input under
+        // emulation takes a quarter of an hour.
+        if let Some((width, height)) = fixed {
+            engine
+                .run(
+                    vec![0.0; 3 * width as usize * height as usize],
+                    width,
+                    height,
+                )
+                .map_err(|e| anyhow!("a first run of {}: {e}", path.display()))?;
+        }
         Ok(engine)
     }
 }

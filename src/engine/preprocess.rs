@@ -87,18 +87,6 @@ pub fn input_layout(spec: InputSpec, width: u32, height: u32) -> InputLayout {
     }
 }
 
-/// The largest input `spec` gives any photo: what a model's working memory
-/// grows to at most.
-pub fn largest_input(spec: InputSpec) -> (u32, u32) {
-    match spec {
-        InputSpec::Squash { width, height } | InputSpec::Letterbox { width, height } => {
-            (width, height)
-        }
-        InputSpec::Aspect { short_side, .. } => (short_side, short_side * MAX_ASPECT),
-        InputSpec::Padded { long_side, .. } => (long_side, long_side),
-    }
-}
-
 /// NCHW f32 planes of the model input: `image` (8-bit RGB or RGBA, already
 /// at `layout`'s image size; alpha is not the model's business) on mid grey.
 pub fn to_tensor(image: &DynamicImage, norm: &Normalise, layout: InputLayout) -> Vec<f32> {

@@ -88,7 +88,7 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
 /// Each step of a cut-out and what it holds (`pipeline::memory`).
 const COSTS: &[(&str, &str)] = &[
     ("Decoding the photo", "3 bytes a pixel of P, 4 with transparency, whatever the file's bit depth; a progressive JPEG 2 more a sample until its last scan, a WEBP 4 more."),
-    ("Running the model", "The photo, a quarter of it more while it is scaled (half with transparency), and what each model run holds on its engine (U2NetP 70 MiB on tract, 16 MiB on ONNX Runtime, whose working memory is grown when the model loads; IS-Net 470 and 120 MiB; each model's figures are in models/manifest.toml), summed over the runs of type=auto's rung."),
+    ("Running the model", "The photo, a quarter of it more while it is scaled (half with transparency), and what each model run holds on its engine (U2NetP 70 MiB on tract, 16 MiB on ONNX Runtime, whose own working memory is the idle server's; IS-Net 470 and 120 MiB; each model's figures are in models/manifest.toml), summed over the runs of type=auto's rung."),
     ("Scaling to the size asked", "The photo, the same quarter or half, and the result: 3 or 4 bytes a pixel of R."),
     ("The PNG, without output options", "The photo as the result has it, and its PNG: up to 4.5 bytes a pixel of R."),
     ("Output options", "The cut-out, 4 bytes a pixel of R; beside it semitransparency=false 1, add_shadow 3; crop_margin makes the canvas C larger; scale or position 8 a pixel of C; bg_image_file its own decoding and 7 a pixel of C."),
