@@ -162,8 +162,10 @@ impl Pipeline {
     /// each run's own, summed, as each keeps its input and matte and may be
     /// the first of its size on tract (`ModelSpec::working_mib`).
     pub fn rung_working(&self, rung: Rung) -> u64 {
-        let runs = self.runs(rung);
-        runs.into_iter().map(|(model, _)| self.working(model)).sum()
+        self.runs(rung)
+            .into_iter()
+            .map(|(model, _)| self.working(model))
+            .sum()
     }
 
     /// The multiply-adds of the most a `width`×`height` photo can cost on
