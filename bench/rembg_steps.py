@@ -8,7 +8,10 @@ rembg 2.0.86 shrinks the photo to 320x320 with Lanczos, divides by its
 largest value, normalises by ImageNet's mean and deviation, stretches the
 output to [0, 1], truncates it to 8 bits and enlarges it with Lanczos. Each
 variant changes one of the last two (our rounding, our Catmull-Rom; PIL's
-BICUBIC is Catmull-Rom) and is scored as quality_metrics.py scores. Runs in
+BICUBIC is Catmull-Rom), or adds noise of -1, 0 or +1 to each value of the
+shrunk photo (three seeds): how far rembg's own figures move on input that
+differs by what two decoders or resizers do. Scored as quality_metrics.py
+scores. Runs in
 rembg's own venv (bench/wide.py makes it), on models/u2netp.onnx.
 """
 import argparse, os, subprocess, sys
@@ -16,13 +19,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT.parent / "shared" / "eval" / "dev"
-# Each variant: (8-bit conversion, enlargement filter name in PIL).
+# Each variant: (8-bit conversion, enlargement filter name in PIL), or the
+# seed of the input's noise with rembg's steps.
 VARIANTS = {
     "rembg's remove": None,
     "steps redone": ("truncate", "LANCZOS"),
     "rounded": ("round", "LANCZOS"),
     "Catmull-Rom enlargement": ("truncate", "BICUBIC"),
     "rounded, Catmull-Rom": ("round", "BICUBIC"),
+    **{f"±1 noise, seed {seed}": seed for seed in (1, 2, 3)},
 }
 
 
@@ -55,8 +60,10 @@ def score(sets):
                                  providers=["CPUExecutionProvider"])
     mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
 
-    def unit_matte(photo):
+    def unit_matte(photo, seed=None):
         x = np.array(photo.resize((320, 320), Image.LANCZOS)).astype(np.float64)
+        if seed is not None:
+            x = np.clip(x + np.random.default_rng(seed).integers(-1, 2, x.shape), 0, 255)
         x = ((x / np.max(x) - mean) / std).transpose(2, 0, 1)[None].astype(np.float32)
         out = model.run(None, {model.get_inputs()[0].name: x})[0][0, 0]
         return (out - out.min()) / (out.max() - out.min())
@@ -80,6 +87,9 @@ def score(sets):
             for variant, steps in VARIANTS.items():
                 if steps is None:
                     matte = session.predict(photo)[0]
+                elif isinstance(steps, int):
+                    noisy = (unit_matte(photo, steps) * 255).astype(np.uint8)
+                    matte = Image.fromarray(noisy, "L").resize(photo.size, Image.LANCZOS)
                 else:
                     bits, enlarge = steps
                     eight = unit.astype(np.uint8) if bits == "truncate" else np.round(unit).astype(np.uint8)
