@@ -350,9 +350,16 @@ fn fall_back_from_a_crashing_onnxruntime(settings: &mut Settings) {
 }
 
 /// Runs the command `cli` names.
+impl Cli {
+    /// Whether the command is the service, which lives past any one reader.
+    pub fn serves(&self) -> bool {
+        matches!(self.command, Command::Serve { .. })
+    }
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     let mut settings = settings(&cli)?;
-    if matches!(cli.command, Command::Serve { .. }) {
+    if cli.serves() {
         let sources = crate::backup::Sources::of(&settings);
         if let Some(contents) = crate::backup::finish_pending(&sources)? {
             log::warn!("restored the backup uploaded on the setup page: {contents}");

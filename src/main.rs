@@ -35,6 +35,18 @@ fn map_large_buffers_apart() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn map_large_buffers_apart() {}
 
+/// Rust ignores SIGPIPE, so a command's output piped into `head` made its
+/// next print panic. A command ends as other Unix tools do instead: quietly,
+/// by the signal. The server keeps ignoring it: a client gone mid-answer is
+/// that request's error, not the end of the service.
+fn end_quietly_when_the_reader_goes() {
+    // SAFETY: sets a signal's disposition to the default, before any other
+    // thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     map_large_buffers_apart();
     let cli = match Cli::try_parse() {
@@ -56,6 +68,9 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if !cli.serves() {
+        end_quietly_when_the_reader_goes();
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");

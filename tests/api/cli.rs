@@ -79,6 +79,34 @@ fn bad_arguments_exit_non_zero_with_one_line() {
     }
 }
 
+/// `cutout ladder | head -1`: the reader gone, the command ends by SIGPIPE
+/// as other tools do, without a panic on standard error.
+#[test]
+fn a_command_whose_reader_has_gone_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let data = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("--models-dir")
+        .arg(crate::helpers::models_dir())
+        .args(["ladder", "--board", "Raspberry Pi 4"])
+        .env("RUST_LOG", "warn")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
+
 #[test]
 fn remove_cuts_out_a_file_offline_on_either_engine() {
     let dir = tempfile::tempdir().unwrap();
