@@ -349,7 +349,6 @@ fn fall_back_from_a_crashing_onnxruntime(settings: &mut Settings) {
     settings.engine_note = Some(why);
 }
 
-/// Runs the command `cli` names.
 impl Cli {
     /// Whether the command is the service, which lives past any one reader.
     pub fn serves(&self) -> bool {
@@ -357,6 +356,7 @@ impl Cli {
     }
 }
 
+/// Runs the command `cli` names.
 pub fn run(cli: Cli) -> Result<()> {
     let mut settings = settings(&cli)?;
     if cli.serves() {
