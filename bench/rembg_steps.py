@@ -10,15 +10,18 @@ output to [0, 1], truncates it to 8 bits and enlarges it with Lanczos. Each
 variant changes one of the last two (our rounding, our Catmull-Rom; PIL's
 BICUBIC is Catmull-Rom), or adds noise of -1, 0 or +1 to each value of the
 shrunk photo (three seeds): how far rembg's own figures move on input that
-differs by what two decoders or resizers do. Scored as quality_metrics.py
-scores. Runs in
-rembg's own venv (bench/wide.py makes it), on models/u2netp.onnx.
+differs by what two decoders or resizers do. The mattes are made in rembg's
+own venv (bench/wide.py makes it), on models/u2netp.onnx, under
+target/eval/rembg-steps, and scored by quality_metrics.py (bench/eval.py's
+`score`).
 """
-import argparse, os, subprocess, sys
+import argparse, subprocess, sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DEV = ROOT.parent / "shared" / "eval" / "dev"
+sys.path.insert(0, str(Path(__file__).parent))
+from eval import OUT, ROOT, SETS, SHARED, python, score  # noqa: E402
+
+STEPS = OUT / "rembg-steps"
 # Each variant: (8-bit conversion, enlargement filter name in PIL), or the
 # seed of the input's noise with rembg's steps.
 VARIANTS = {
@@ -31,25 +34,26 @@ VARIANTS = {
 }
 
 
+def folder(variant, name):
+    slug = "".join(c if c.isalnum() else "-" for c in variant)
+    return STEPS / slug / name
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sets", default="alphamatting,grabcut,coco_mval,berkeley")
-    args = ap.parse_args()
-    try:
-        import rembg  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from wide import peer_python
-        models = ROOT / "target" / "eval" / "wide" / "rembg-models"
-        models.mkdir(parents=True, exist_ok=True)
-        if not (models / "u2netp.onnx").exists():
-            (models / "u2netp.onnx").symlink_to(ROOT / "models" / "u2netp.onnx")
-        env = {**os.environ, "U2NET_HOME": str(models), "MODEL_CHECKSUM_DISABLED": "1"}
-        sys.exit(subprocess.run([peer_python("rembg"), __file__, *sys.argv[1:]], env=env).returncode)
-    score(args.sets.split(","))
+    ap.add_argument("--sets", default=",".join(SETS))
+    sets = ap.parse_args().sets.split(",")
+    from wide import peer_python, rembg_env
+    subprocess.run([peer_python("rembg"), __file__, "--make", *sets], check=True, env=rembg_env())
+    py = python()
+    for name in sets:
+        for variant in VARIANTS:
+            s = score(py, SHARED / "eval" / "dev" / name, folder(variant, name))
+            print(f"{name:13s} {variant:24s} MAE {s['mae']:.4f}  IoU {s['iou']:.4f}", flush=True)
 
 
-def score(sets):
+def make(sets):
+    """Each variant's mattes of each set, in rembg's venv."""
     import numpy as np
     import onnxruntime as ort
     from PIL import Image
@@ -68,42 +72,27 @@ def score(sets):
         out = model.run(None, {model.get_inputs()[0].name: x})[0][0, 0]
         return (out - out.min()) / (out.max() - out.min())
 
-    def truth(path):
-        im = Image.open(path)
-        if im.mode == "P":
-            a = np.asarray(im)
-            return np.where(a == 255, 128, (a > 0) * 255).astype(np.float32)
-        return np.asarray(im.convert("L"), dtype=np.float32)
-
     for name in sets:
-        truths = {p.stem: p for p in (DEV / name / "gt").iterdir()}
-        sums = {v: np.zeros(2) for v in VARIANTS}
-        photos = sorted((DEV / name / "images").iterdir())
-        for path in photos:
+        for path in sorted((SHARED / "eval" / "dev" / name / "images").iterdir()):
             photo = Image.open(path).convert("RGB")
-            gt = truth(truths[path.stem])
-            valid, gt = gt != 128, gt / 255.0
             unit = unit_matte(photo) * 255
             for variant, steps in VARIANTS.items():
                 if steps is None:
                     matte = session.predict(photo)[0]
-                elif isinstance(steps, int):
-                    noisy = (unit_matte(photo, steps) * 255).astype(np.uint8)
-                    matte = Image.fromarray(noisy, "L").resize(photo.size, Image.LANCZOS)
                 else:
-                    bits, enlarge = steps
-                    eight = unit.astype(np.uint8) if bits == "truncate" else np.round(unit).astype(np.uint8)
+                    if isinstance(steps, int):
+                        eight, enlarge = (unit_matte(photo, steps) * 255).astype(np.uint8), "LANCZOS"
+                    else:
+                        bits, enlarge = steps
+                        eight = unit.astype(np.uint8) if bits == "truncate" else np.round(unit).astype(np.uint8)
                     matte = Image.fromarray(eight, "L").resize(photo.size, getattr(Image, enlarge))
-                if matte.size != (gt.shape[1], gt.shape[0]):
-                    matte = matte.resize((gt.shape[1], gt.shape[0]), Image.BILINEAR)
-                p = np.asarray(matte, dtype=np.float32) / 255.0
-                g, q = (gt >= 0.5) & valid, (p >= 0.5) & valid
-                union = (g | q).sum()
-                sums[variant] += [np.abs(p - gt)[valid].mean(), (g & q).sum() / union if union else 1.0]
-        for variant, (mae, iou) in sums.items():
-            print(f"{name:13s} {variant:24s} MAE {mae / len(photos):.4f}  IoU {iou / len(photos):.4f}",
-                  flush=True)
+                out = folder(variant, name)
+                out.mkdir(parents=True, exist_ok=True)
+                matte.save(out / (path.stem + ".png"))
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--make"]:
+        make(sys.argv[2:])
+    else:
+        main()

