@@ -631,14 +631,12 @@ fn refuse_while_served(listen: &str) -> Result<()> {
     Ok(())
 }
 
-/// The first line of `file`, or typed at the terminal (twice when
-/// `new`), or one line piped in.
+/// From `file`, typed at the terminal (twice when `new`), or one line piped
+/// in; read as every path reads it (`backup::passphrase_in`).
 fn read_passphrase(file: Option<&Path>, new: bool) -> Result<String> {
     use std::io::IsTerminal;
     let passphrase = if let Some(file) = file {
-        let text =
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        text.lines().next().unwrap_or_default().to_owned()
+        crate::backup::read_passphrase_file(file)?
     } else if std::io::stdin().is_terminal() {
         eprint!("Backup passphrase: ");
         let first = rpassword::read_password()?;
@@ -652,7 +650,7 @@ fn read_passphrase(file: Option<&Path>, new: bool) -> Result<String> {
     } else {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line)?;
-        line.trim_end_matches(['\r', '\n']).to_owned()
+        crate::backup::passphrase_in(&line).to_owned()
     };
     if new {
         crate::backup::check_passphrase(&passphrase)?;

@@ -245,7 +245,8 @@ pub struct SetupConfig {
 #[serde(deny_unknown_fields)]
 pub struct BackupConfig {
     pub dir: Option<PathBuf>,
-    /// The passphrase the backups are encrypted with, on its first line.
+    /// The passphrase the backups are encrypted with: its first line
+    /// (`backup::passphrase_in`).
     pub passphrase_file: Option<PathBuf>,
     pub every_hours: Option<f64>,
     pub keep: Option<usize>,

@@ -71,6 +71,32 @@ impl std::fmt::Display for Contents {
     }
 }
 
+/// The passphrase in `text`, read the one way every path reads it (the
+/// schedule, `cutout backup` and `restore`, piped in, typed on a page): the
+/// first line, without its line ending (LF or CRLF) or a leading byte-order
+/// mark, so that the lines after it can hold comments and a file written on
+/// Windows reads the same. Nothing else is trimmed: spaces are part of it.
+pub fn passphrase_in(text: &str) -> &str {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let line = text.split('\n').next().unwrap_or_default();
+    line.strip_suffix('\r').unwrap_or(line)
+}
+
+/// The passphrase in `file` (`passphrase_in`); an empty first line is
+/// refused rather than taken as the passphrase.
+pub fn read_passphrase_file(file: &Path) -> Result<String> {
+    let text = fs::read_to_string(file)
+        .with_context(|| format!("cannot read the passphrase file {}", file.display()))?;
+    let passphrase = passphrase_in(&text);
+    if passphrase.is_empty() {
+        bail!(
+            "the passphrase file {} has no passphrase on its first line",
+            file.display()
+        );
+    }
+    Ok(passphrase.to_owned())
+}
+
 pub fn check_passphrase(passphrase: &str) -> Result<()> {
     if passphrase.chars().count() < MIN_PASSPHRASE_CHARS {
         bail!("the passphrase must have at least {MIN_PASSPHRASE_CHARS} characters");
@@ -560,6 +586,31 @@ mod tests {
         ] {
             assert!(known_name(Path::new(name)).is_none(), "{name}");
         }
+    }
+
+    #[test]
+    fn a_passphrase_is_the_first_line_without_its_ending_or_a_byte_order_mark() {
+        let typed = "correct horse battery staple";
+        for text in [
+            "correct horse battery staple",
+            "correct horse battery staple\n",
+            "correct horse battery staple\r\n# keep a copy elsewhere\r\n",
+            "\u{feff}correct horse battery staple\r\n",
+            "correct horse battery staple\n# a comment\n\nanother line\n",
+        ] {
+            assert_eq!(passphrase_in(text), typed, "{text:?}");
+        }
+        assert_eq!(passphrase_in(" spaced \r\n"), " spaced ");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("passphrase");
+        fs::write(&file, "\r\n# the passphrase was left out\r\n").unwrap();
+        let why = read_passphrase_file(&file).unwrap_err().to_string();
+        assert!(why.contains("no passphrase on its first line"), "{why}");
+        let why = format!(
+            "{:#}",
+            read_passphrase_file(&dir.path().join("gone")).unwrap_err()
+        );
+        assert!(why.contains("cannot read the passphrase file"), "{why}");
     }
 
     #[test]

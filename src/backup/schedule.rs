@@ -57,21 +57,8 @@ impl Scheduled {
     fn take_one(&self, sources: &Sources) {
         let now = unix_now();
         let file = self.schedule.dir.join(file_name(now));
-        let outcome = fs::read_to_string(&self.schedule.passphrase_file)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot read the passphrase file {}: {e}",
-                    self.schedule.passphrase_file.display()
-                )
-            })
-            .and_then(|passphrase| {
-                super::take(
-                    sources,
-                    passphrase.trim_end_matches(['\r', '\n']),
-                    &file,
-                    now,
-                )
-            });
+        let outcome = super::read_passphrase_file(&self.schedule.passphrase_file)
+            .and_then(|passphrase| super::take(sources, &passphrase, &file, now));
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         match outcome {
             Ok(_) => {

@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 
 const PASSPHRASE: &str = "correct horse battery staple";
 
+/// The passphrase file as an operator writes one: the passphrase, a note
+/// after it, and CRLF, as a file written on Windows has.
+fn passphrase_file_text() -> String {
+    format!("{PASSPHRASE}\r\n# the appliance's backups; a copy is in the safe\r\n")
+}
+
 /// `cutout` on `data` with the configuration file `data/cutout.toml` (made
 /// empty if missing), the
 /// passphrase in a file, and more environment.
@@ -19,7 +25,7 @@ fn cutout(data: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
         std::fs::write(data.join("cutout.toml"), "").unwrap();
     }
     let passphrase = data.with_extension("passphrase");
-    std::fs::write(&passphrase, format!("{PASSPHRASE}\n")).unwrap();
+    std::fs::write(&passphrase, passphrase_file_text()).unwrap();
     Command::new(env!("CARGO_BIN_EXE_cutout"))
         .arg("--data-dir")
         .arg(data)
@@ -403,7 +409,7 @@ fn scheduled_backups_keep_the_newest_and_the_status_page_names_the_last() {
     let root = tempfile::tempdir().unwrap();
     let stick = root.path().join("stick");
     let passphrase_file = root.path().join("passphrase");
-    std::fs::write(&passphrase_file, format!("{PASSPHRASE}\n")).unwrap();
+    std::fs::write(&passphrase_file, passphrase_file_text()).unwrap();
     let schedule = cutout::backup::schedule::Schedule {
         dir: stick.clone(),
         passphrase_file,
@@ -468,6 +474,61 @@ fn scheduled_backups_keep_the_newest_and_the_status_page_names_the_last() {
     let booth = store.account("booth").unwrap();
     let march = cutout::domain::Month::of_unix(MID_MARCH);
     assert_eq!(store.usage(booth.id, march).unwrap(), 1);
+
+    let setup = SetupPage::open(&root.path().join("set-up"));
+    let backup = std::fs::read(stick.join(&last)).unwrap();
+    let done = setup.restore(&backup, PASSPHRASE);
+    assert_eq!(done.status, 200, "{}", done.text());
+    setup
+        .server
+        .log_once_it_says("restored the backup uploaded on the setup page");
+}
+
+/// A new card's setup page, opened with the setup link its log prints.
+struct SetupPage {
+    server: Server,
+    browser: Browser,
+    token: String,
+    csrf: String,
+}
+
+impl SetupPage {
+    fn open(data: &Path) -> SetupPage {
+        std::fs::create_dir_all(data).unwrap();
+        let config = data.join("cutout.toml");
+        std::fs::write(&config, "").unwrap();
+        let server = Server::start(data, "info", &["--config", config.to_str().unwrap()]);
+        let log = server.log_once_it_says("No operator password is set");
+        let (_, after) = log.split_once("?token=").unwrap();
+        let token = after.split_whitespace().next().unwrap().to_owned();
+        let browser = Browser::at(server.addr);
+        let page = browser.get(&format!("/setup?token={token}"));
+        assert!(
+            page.text().contains("Restore and restart"),
+            "{}",
+            page.text()
+        );
+        let csrf = csrf_in(&page);
+        SetupPage {
+            server,
+            browser,
+            token,
+            csrf,
+        }
+    }
+
+    fn restore_with(&self, token: &str, file: &[u8], passphrase: &str) -> Reply {
+        let mut form = Multipart::new();
+        form.text("csrf", &self.csrf)
+            .text("token", token)
+            .file("backup_file", file)
+            .text("passphrase", passphrase);
+        self.browser.post_multipart("/setup/restore", &form)
+    }
+
+    fn restore(&self, file: &[u8], passphrase: &str) -> Reply {
+        self.restore_with(&self.token, file, passphrase)
+    }
 }
 
 /// A new card's setup page takes the old appliance's backup, behind the
@@ -499,32 +560,11 @@ fn the_setup_page_restores_the_old_appliance_and_starts_again_with_it() {
     let backup = std::fs::read(&file).unwrap();
 
     let new = root.path().join("new");
-    std::fs::create_dir_all(&new).unwrap();
-    let config = new.join("cutout.toml");
-    std::fs::write(&config, "").unwrap();
-    let server = Server::start(&new, "info", &["--config", config.to_str().unwrap()]);
+    let setup = SetupPage::open(&new);
+    let (server, config) = (&setup.server, new.join("cutout.toml"));
     let pid = server.child.id();
-    let log = server.log_once_it_says("No operator password is set");
-    let (_, after) = log.split_once("?token=").unwrap();
-    let token = after.split_whitespace().next().unwrap().to_owned();
-    let browser = Browser::at(server.addr);
-    let page = browser.get(&format!("/setup?token={token}"));
-    assert!(
-        page.text().contains("Restore and restart"),
-        "{}",
-        page.text()
-    );
-    let csrf = csrf_in(&page);
-    let restore_with = |token: &str, file: &[u8], passphrase: &str| {
-        let mut form = Multipart::new();
-        form.text("csrf", &csrf)
-            .text("token", token)
-            .file("backup_file", file)
-            .text("passphrase", passphrase);
-        browser.post_multipart("/setup/restore", &form)
-    };
-    let restore = |file: &[u8], passphrase: &str| restore_with(&token, file, passphrase);
-    let stranger = restore_with(&"0".repeat(64), &backup, PASSPHRASE);
+    let restore = |file: &[u8], passphrase: &str| setup.restore(file, passphrase);
+    let stranger = setup.restore_with(&"0".repeat(64), &backup, PASSPHRASE);
     assert_eq!(
         stranger.status,
         404,
@@ -616,6 +656,6 @@ fn the_setup_page_restores_the_old_appliance_and_starts_again_with_it() {
         std::fs::read_to_string(&config).unwrap(),
         std::fs::read_to_string(old.join("cutout.toml")).unwrap()
     );
-    let (_, stopped, _) = server.stop();
+    let (_, stopped, _) = setup.server.stop();
     assert!(stopped);
 }

@@ -90,7 +90,8 @@ const MAX_DOWNLOAD_BYTES: u64 = 32 << 20;
 
 /// The backup as a download: written beside the data, read, removed.
 fn download_backup(cx: &Ctx, fields: &Fields) -> Handled {
-    let (passphrase, again) = (fields.get("passphrase"), fields.get("passphrase_again"));
+    let [passphrase, again] =
+        ["passphrase", "passphrase_again"].map(|f| crate::backup::passphrase_in(fields.get(f)));
     let refused =
         |status: u16, why: &str| Ok(html(status, view::admin_backup(cx.csrf(), Some(why))));
     if let Err(why) = crate::backup::check_passphrase(passphrase) {

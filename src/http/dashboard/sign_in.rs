@@ -406,7 +406,12 @@ fn check_restore(
             "This appliance already has accounts: tick the box to replace them with the backup's.",
         );
     }
-    match crate::backup::stage(&state.backup_sources, field("passphrase"), upload, true) {
+    match crate::backup::stage(
+        &state.backup_sources,
+        crate::backup::passphrase_in(field("passphrase")),
+        upload,
+        true,
+    ) {
         Ok(staged) => Ok(Ok(staged)),
         Err(e) => {
             let why = format!("{e:#}").replace(&upload.display().to_string(), "this file");
