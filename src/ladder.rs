@@ -777,6 +777,7 @@ mod tests {
             person: spec("modnet"),
             general: spec("isnet"),
             blended: vec![spec("u2netp")],
+            in_median: Vec::new(),
         };
         Pipeline::new(models, None, 1, 0, u64::MAX)
     }

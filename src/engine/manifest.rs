@@ -94,6 +94,10 @@ pub struct ModelSpec {
     /// averaged (BENCHMARKS.md, "Views of one photo").
     #[serde(default)]
     pub blend: Option<Blend>,
+    /// `type=person`'s matte on this model: the per-pixel median of several
+    /// mattes of the photo (BENCHMARKS.md, "People").
+    #[serde(default)]
+    pub median: Option<Median>,
     /// `type=auto` keeps only the parts of its matte whose sure area is at
     /// least this times the largest part's (BENCHMARKS.md, "Parts of a
     /// matte").
@@ -216,6 +220,20 @@ pub struct Blend {
     /// `more_views_wanted`); elsewhere the first view counts in their place.
     #[serde(default)]
     pub more_views_below: Option<f64>,
+}
+
+/// The model's matte at its `input`, at each of `inputs` and each of
+/// `models`' mattes at their own input (all before levels), whose per-pixel
+/// median is the matte: a blob one of them sees alone (MODNet at one size)
+/// or a car the general model keeps is outvoted, a person MODNet loses at
+/// one size but not at the other is kept. An odd count in all.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Median {
+    #[serde(default)]
+    pub inputs: Vec<InputSpec>,
+    #[serde(default)]
+    pub models: Vec<String>,
 }
 
 /// When `type=auto` asks the person model (pipeline/views.rs): where over
@@ -359,15 +377,24 @@ impl Manifest {
             _ if name == self.general && !general_fits => Ok(auto),
             _ => int8_form(name).map_or_else(|| self.require(Some(name)), Ok),
         };
-        let blended = auto.blend.iter().flat_map(|b| &b.models);
+        let person = pick(&self.person)?;
         Ok(Models {
             auto: auto.on(engine),
-            person: pick(&self.person)?.on(engine),
+            person: person.on(engine),
             general: pick(&self.general)?.on(engine),
-            blended: blended
-                .map(|name| Ok(self.require(Some(name))?.on(engine)))
-                .collect::<anyhow::Result<_>>()?,
+            blended: self.named(auto.blend.iter().flat_map(|b| &b.models), engine)?,
+            in_median: self.named(person.median.iter().flat_map(|m| &m.models), engine)?,
         })
+    }
+
+    fn named<'a>(
+        &self,
+        names: impl Iterator<Item = &'a String>,
+        engine: EngineKind,
+    ) -> anyhow::Result<Vec<ModelSpec>> {
+        names
+            .map(|name| Ok(self.require(Some(name))?.on(engine)))
+            .collect()
     }
 
     pub fn names(&self) -> Vec<&str> {
@@ -382,6 +409,8 @@ pub struct Models {
     pub general: ModelSpec,
     /// The other models `auto`'s blend averages in.
     pub blended: Vec<ModelSpec>,
+    /// The other models in `person`'s median.
+    pub in_median: Vec<ModelSpec>,
 }
 
 impl Models {
@@ -390,11 +419,13 @@ impl Models {
         spec.blend = None;
         spec.second_opinion = None;
         spec.smallest_part = None;
+        spec.median = None;
         Models {
             auto: spec.clone(),
             person: spec.clone(),
             general: spec,
             blended: Vec::new(),
+            in_median: Vec::new(),
         }
     }
 }
@@ -429,10 +460,15 @@ mod tests {
                 assert!(figures.iter().all(|&f| f > 0.0 && f < 1.0), "{figures:?}");
             }
         }
+        for median in m.models.iter().filter_map(|spec| spec.median.as_ref()) {
+            assert_eq!((1 + median.inputs.len() + median.models.len()) % 2, 1);
+        }
         let models = m
             .models_for(Some("u2netp"), true, EngineKind::Tract, none.path())
             .unwrap();
         assert!(models.blended.is_empty(), "U2NetP runs alone");
+        let in_median: Vec<_> = models.in_median.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(in_median, ["u2netp"], "MODNet's median takes U2NetP's view");
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["u2netp", "modnet", "isnet"]

@@ -12,8 +12,8 @@ mod trial;
 pub use crate::config::{EngineChoice, EngineKind};
 pub use inference::{InferError, Inference, Readiness};
 pub use manifest::{
-    Agree, Blend, Doubt, InputFilter, InputSpec, Manifest, ModelSpec, Models, OutputKind, Peer,
-    Peers, RuntimeSpec, SecondOpinion,
+    Agree, Blend, Doubt, InputFilter, InputSpec, Manifest, Median, ModelSpec, Models, OutputKind,
+    Peer, Peers, RuntimeSpec, SecondOpinion,
 };
 pub use onnxruntime::OnnxRuntimeEngine;
 pub use tract::TractEngine;

@@ -19,7 +19,7 @@ use crate::engine::preprocess::{
 };
 pub use crate::engine::Models;
 use crate::engine::{
-    self, Blend, EngineChoice, EngineKind, InferError, Inference, InputFilter, InputSpec,
+    self, Blend, EngineChoice, EngineKind, InferError, Inference, InputFilter, InputSpec, Median,
     ModelSpec, OnnxRuntimeTrial, Readiness,
 };
 use crate::error::{ApiError, OptionField};
@@ -105,6 +105,8 @@ pub struct Pipeline {
     general: usize,
     /// `auto`'s blend's other models.
     blended: Vec<usize>,
+    /// `person`'s median's other models.
+    in_median: Vec<usize>,
     /// `None`: every model is set by the caller (`Inference::set`).
     loader: Option<Loader>,
     pub queue: WorkQueue,
@@ -148,11 +150,13 @@ impl Pipeline {
         let person = index(models.person);
         let general = index(models.general);
         let blended = models.blended.into_iter().map(&mut index).collect();
+        let in_median = models.in_median.into_iter().map(&mut index).collect();
         let pipeline = Pipeline {
             models: list,
             person,
             general,
             blended,
+            in_median,
             loader,
             queue: WorkQueue::new(holding_pixels, queue_capacity, upload_buffer),
             spare_pixels: SparePixels::new(holding_pixels),
@@ -203,6 +207,20 @@ impl Pipeline {
         model.spec.working_mib.on(model.engine().or(configured)) << 20
     }
 
+    /// What `type=person`'s runs hold at most beside the idle server: each
+    /// view of its model and each model of its median, summed, as
+    /// `rung_working` sums a rung's.
+    fn person_working(&self) -> u64 {
+        let person = &self.models[self.person];
+        let views = 1 + person.spec.median.as_ref().map_or(0, |m| m.inputs.len()) as u64;
+        let others: u64 = self
+            .in_median
+            .iter()
+            .map(|&i| self.working(&self.models[i]))
+            .sum();
+        views * self.working(person) + others
+    }
+
     /// `type=auto`'s model: the one the server loads at start.
     pub fn default_model(&self) -> &Model {
         &self.models[0]
@@ -216,20 +234,28 @@ impl Pipeline {
         }
     }
 
-    /// Loads `subject`'s model through the loader, and for `auto` the
-    /// models its blend averages in, unless loaded, failed or being loaded
-    /// (then waits): seconds for IS-Net on tract. The time it took, when
-    /// this call loaded any.
+    /// Loads `subject`'s model through the loader, and the models its
+    /// blend (`auto`) or median (`person`) takes in, unless loaded, failed
+    /// or being loaded (then waits): seconds for IS-Net on tract. The time
+    /// it took, when this call loaded any.
     pub fn load(&self, subject: SubjectType) -> Option<Duration> {
         let mut took = self.load_model(self.model(subject));
-        if subject == SubjectType::Auto {
-            for &i in &self.blended {
-                if let Some(more) = self.load_model(&self.models[i]) {
-                    took = Some(took.unwrap_or_default() + more);
-                }
+        for &i in self.taken_in(subject) {
+            if let Some(more) = self.load_model(&self.models[i]) {
+                took = Some(took.unwrap_or_default() + more);
             }
         }
         took
+    }
+
+    /// The other models `subject`'s matte takes in: `auto`'s blend's,
+    /// `person`'s median's.
+    fn taken_in(&self, subject: SubjectType) -> &[usize] {
+        match subject {
+            SubjectType::Auto => &self.blended,
+            SubjectType::Person => &self.in_median,
+            SubjectType::General => &[],
+        }
     }
 
     fn load_model(&self, model: &Model) -> Option<Duration> {
@@ -313,6 +339,47 @@ impl Pipeline {
         Ok((views::blend(&own, &others, blend), made_by))
     }
 
+    /// `type=person`'s matte (`views::median`) of `first` (the model's
+    /// photo and matte at its input), the model's other views and the
+    /// median's other models' views, on the grid of the view with the most
+    /// pixels; with that view's photo and the models that made it, joined
+    /// by `+`. A model that cannot run is left out.
+    fn median(
+        &self,
+        model: &Model,
+        median: &Median,
+        original: &DynamicImage,
+        first: (DynamicImage, Vec<u8>),
+        watch: &mut Stopwatch,
+    ) -> Result<(DynamicImage, Vec<u8>, String), ApiError> {
+        let laps = ["median-prepare", "median-model"];
+        let mut made_by = model.spec.name.clone();
+        let mut views = vec![first];
+        for &input in &median.inputs {
+            views.push(run_model(model, input, original, watch, laps, &|| false)?);
+        }
+        for other in self.in_median.iter().map(|&i| &self.models[i]) {
+            match run_model(other, other.spec.input, original, watch, laps, &|| false) {
+                Ok(view) => {
+                    views.push(view);
+                    made_by = format!("{made_by}+{}", other.spec.name);
+                }
+                Err(e) => log::warn!("{} left out of the median: {e}", other.spec.name),
+            }
+        }
+        let size = |image: &DynamicImage| (image.width(), image.height());
+        let largest = (0..views.len())
+            .max_by_key(|&i| u64::from(views[i].0.width()) * u64::from(views[i].0.height()))
+            .expect("the first view");
+        let grid = size(&views[largest].0);
+        let mattes: Vec<Vec<u8>> = views
+            .iter()
+            .map(|(input, matte)| imaging::resize_gray(matte, size(input), grid))
+            .collect();
+        let matte = views::median(&mattes);
+        Ok((views.swap_remove(largest).0, matte, made_by))
+    }
+
     /// The person model, its photo and its matte, where the configured
     /// model's policy (`views::worth_asking`, `views::second_wins`) prefers
     /// them. `None` keeps the first matte, also when the person model
@@ -378,7 +445,8 @@ impl Pipeline {
         };
         let model_working = match subject {
             SubjectType::Auto => self.rung_working(rung),
-            _ => self.working(self.model(subject)),
+            SubjectType::Person => self.person_working(),
+            SubjectType::General => self.working(self.model(subject)),
         };
         let need = memory::need(
             &photo,
@@ -443,6 +511,15 @@ impl Pipeline {
         } else {
             std::mem::take(&mut first)
         };
+        let mut alone_by = spec.name.clone();
+        if let (SubjectType::Person, Some(median)) = (subject, &spec.median) {
+            let first = (
+                std::mem::replace(&mut model_input, DynamicImage::new_luma8(0, 0)),
+                alone,
+            );
+            (model_input, alone, alone_by) =
+                self.median(model, median, &original, first, &mut watch)?;
+        }
         if let Some(levels) = spec.levels {
             apply_levels(&mut alone, levels);
         }
@@ -466,7 +543,7 @@ impl Pipeline {
                 (person.spec.name.clone(), matte)
             }
             (None, Some((matte, made_by))) => (made_by, matte),
-            (None, None) => (spec.name.clone(), alone),
+            (None, None) => (alone_by, alone),
         };
         if let (Some(smallest), true) = (spec.smallest_part, views) {
             imaging::keep_main_parts(&mut small_matte, model_input.width() as usize, smallest);
@@ -658,6 +735,7 @@ mod tests {
             person: isnet.clone(),
             general: isnet,
             blended: vec![u2netp],
+            in_median: Vec::new(),
         };
         Pipeline::new(models, None, 1, 0, u64::MAX)
     }
@@ -828,6 +906,80 @@ mod tests {
         let one_view = isnet_blending_u2netp().with_every_view();
         one_view.serve(Rung::OneView);
         assert_eq!(isnet_runs(one_view, 0.6), 1);
+    }
+
+    /// MODNet's view at one input width answers `at_width`, any other
+    /// `otherwise`.
+    struct ByWidth {
+        width: u32,
+        at_width: f32,
+        otherwise: f32,
+    }
+
+    impl engine::Engine for ByWidth {
+        fn name(&self) -> &'static str {
+            "by-width"
+        }
+
+        fn run(&self, _: Vec<f32>, width: u32, height: u32) -> anyhow::Result<Vec<f32>> {
+            let value = if width == self.width {
+                self.at_width
+            } else {
+                self.otherwise
+            };
+            Ok(vec![value; (width * height) as usize])
+        }
+    }
+
+    /// Subject on the left half of the input, none on the right.
+    struct LeftHalf;
+
+    impl engine::Engine for LeftHalf {
+        fn name(&self) -> &'static str {
+            "left-half"
+        }
+
+        fn run(&self, _: Vec<f32>, width: u32, height: u32) -> anyhow::Result<Vec<f32>> {
+            let row = (0..width).map(|x| if x < width / 2 { 1.0 } else { 0.0 });
+            Ok(row.cycle().take((width * height) as usize).collect())
+        }
+    }
+
+    #[test]
+    fn person_is_the_median_of_modnet_at_two_sizes_and_u2netp() {
+        let manifest = crate::engine::Manifest::builtin();
+        let spec = |name| manifest.require(Some(name)).unwrap().clone();
+        let models = Models {
+            auto: spec("u2netp"),
+            person: spec("modnet"),
+            general: spec("isnet"),
+            blended: Vec::new(),
+            in_median: vec![spec("u2netp")],
+        };
+        let pipeline = Pipeline::new(models, None, 1, 0, u64::MAX);
+        let (person, u2netp) = (pipeline.person, pipeline.in_median[0]);
+        set_engine(&pipeline, u2netp, LeftHalf);
+        // 400x300 straddles 384: MODNet's first view is its own size on
+        // MODNet's grid of 32, 384 wide; its second is 672x512.
+        for (first, second) in [(1.0, 0.0), (0.0, 1.0)] {
+            let modnet = ByWidth {
+                width: 384,
+                at_width: first,
+                otherwise: second,
+            };
+            set_engine(&pipeline, person, modnet);
+            let (made_by, alpha, laps) = cut_black_photo(&pipeline, SubjectType::Person);
+            assert_eq!(made_by, "modnet+u2netp");
+            assert!(laps.contains(&"median-model"), "{laps:?}");
+            // Where one MODNet view and U2NetP see the subject, it is kept;
+            // what one MODNet view sees alone is not.
+            assert_eq!(alpha.get_pixel(20, 150)[0], 255, "{first}, {second}");
+            assert_eq!(alpha.get_pixel(380, 150)[0], 0, "{first}, {second}");
+        }
+        // `auto` and `general` take no median.
+        let (made_by, _, laps) = cut_black_photo(&pipeline, SubjectType::Auto);
+        assert_eq!(made_by, "u2netp");
+        assert!(!laps.contains(&"median-model"), "{laps:?}");
     }
 
     #[test]

@@ -63,6 +63,21 @@ pub fn blend(own: &[Vec<u8>], others: &[Vec<u8>], blend: &Blend) -> Vec<u8> {
     matte
 }
 
+/// The per-pixel median of `mattes`, all on one grid (`Median`): of an
+/// even count, the mean of the middle two.
+pub fn median(mattes: &[Vec<u8>]) -> Vec<u8> {
+    let mut values = Vec::with_capacity(mattes.len());
+    (0..mattes[0].len())
+        .map(|i| {
+            values.clear();
+            values.extend(mattes.iter().map(|m| m[i]));
+            values.sort_unstable();
+            let n = values.len();
+            (u16::from(values[(n - 1) / 2]) + u16::from(values[n / 2])).div_ceil(2) as u8
+        })
+        .collect()
+}
+
 /// Whether the model's other views (`blend.inputs`) are worth their cost:
 /// where its first view's silhouette agrees with each blended model's on
 /// under `more_views_below` (intersection over union), where it sees no
@@ -170,6 +185,20 @@ pub fn agreement(
 mod tests {
     use super::*;
     use crate::engine::{Agree, Doubt};
+
+    #[test]
+    fn the_median_keeps_what_most_mattes_say_and_outvotes_one_alone() {
+        // One matte sees a blob the others do not; one loses a person the
+        // others keep; all three agree on the rest.
+        let blob = vec![0, 255, 200, 30];
+        let lost = vec![0, 0, 210, 40];
+        let kept = vec![0, 10, 220, 0];
+        assert_eq!(
+            median(&[blob.clone(), lost.clone(), kept]),
+            [0, 10, 210, 30]
+        );
+        assert_eq!(median(&[blob, lost]), [0, 128, 205, 35], "two: their mean");
+    }
 
     /// A `w`×`h` matte: a disc of radius `r` at the centre, opaque inside,
     /// with a one-pixel partial rim, and `inside` as the disc's alpha.

@@ -138,7 +138,7 @@ fn the_int8_models_cut_out_as_the_f32_ones_do_on_either_engine() {
 }
 
 /// With int8 IS-Net configured on tract, `type=person` runs int8 MODNet; on
-/// ONNX Runtime, f32 MODNet (`Manifest::models_for`).
+/// ONNX Runtime, f32 MODNet (`Manifest::models_for`); U2NetP with either.
 #[test]
 fn int8_isnets_portraits_run_int8_modnet_on_tract_only() {
     let dir = tempfile::tempdir().unwrap();
@@ -154,7 +154,10 @@ fn int8_isnets_portraits_run_int8_modnet_on_tract_only() {
             "person",
         ];
         let said = remove(std::slice::from_ref(&photo), &output, &options);
-        assert!(said.contains(&format!("with {runs} ")), "{engine}: {said}");
+        assert!(
+            said.contains(&format!("with {runs}+u2netp ")),
+            "{engine}: {said}"
+        );
     }
 }
 
