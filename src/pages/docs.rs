@@ -22,7 +22,7 @@ pub const REMOVE_BG_FIELDS: &[(&str, &str)] = &[
     ("image_file_b64", "Served."),
     ("image_url", "Served: fetched from the networks the operator lists in [fetch] allow, else url_fetch_off or url_not_allowed."),
     ("size", "Served: preview, full, auto, and remove.bg's small, regular, medium, hd, 4k, 50MP."),
-    ("type", "Served: auto, person (MODNet), general, and remove.bg's product, animal, car, car_interior, car_part, transportation, graphics, other (IS-Net); X-Type repeats the kind asked for."),
+    ("type", "Served: auto, person (MODNet at two sizes and U2NetP, their median), general, and remove.bg's product, animal, car, car_interior, car_part, transportation, graphics, other (IS-Net); X-Type repeats the kind asked for."),
     ("type_level", "Taken (none, 1, 2, latest) and changes nothing: the appliance does not classify, so X-Type names the type asked for, or other."),
     ("format", "Served: auto, png, jpg, zip, and webp."),
     ("roi", "Served."),
@@ -150,7 +150,7 @@ pub fn docs_page(nav: &Nav, base_url: &str, key_prefix: Option<&str>) -> Markup 
                                 "Optional, default " code { "auto" } ". Which model makes the matte; any other value is refused with " code { "invalid_type" } "."
                                 ul {
                                     li { code { "auto" } ": the appliance's configured model (IS-Net unless the operator chose another). Where IS-Net is unsure of the subject, MODNet is asked too, and its matte is used when it is surer of the same subject." }
-                                    li { code { "person" } ": MODNet, for people: soft edges in hair, but objects beside the person are dropped." }
+                                    li { code { "person" } ": for people: soft edges in hair, objects beside the person dropped; MODNet at two sizes and U2NetP, where two of the three agree." }
                                     li { code { "general" } ": IS-Net, for any object, person or animal." }
                                     li { "remove.bg's other kinds (" code { "product" } ", " code { "animal" } ", " code { "car" } ", …): IS-Net, as " code { "general" } "." }
                                 }

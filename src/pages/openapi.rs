@@ -88,7 +88,7 @@ pub fn document(version: &str) -> Value {
         "size": { "type": "string", "enum": ["auto", "preview", "full", "small", "regular", "medium", "hd", "4k", "50MP"], "default": "auto",
             "description": "auto: the photo's resolution scaled down to 25 MP when larger; preview: at most 0.25 MP, never enlarged; full: the photo's resolution, refused above 25 MP. remove.bg's names: small and regular are preview, medium at most 1.5 MP, hd at most 4 MP, 4k is full, 50MP is auto (the most this appliance gives)." },
         "type": { "type": "string", "enum": types, "default": "auto",
-            "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet (people, soft hair edges; drops other objects); general: IS-Net (any object). remove.bg's other kinds: IS-Net, as general." },
+            "description": "Which model makes the matte. auto: the appliance's configured model (where IS-Net is unsure of the subject, MODNet's matte when it is surer of the same subject); person: MODNet at two sizes and U2NetP, their per-pixel median (people, soft hair edges; drops other objects); general: IS-Net (any object). remove.bg's other kinds: IS-Net, as general." },
         "image_url": { "type": "string", "format": "uri",
             "description": "The photo's URL (http or https) instead of image_file, fetched only from the networks the operator lists in [fetch] allow: 5 s to connect, 10 s to arrive, at most 3 redirects, 10 MB." }
     });
