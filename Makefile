@@ -76,8 +76,9 @@ check: models onnxruntime
 		--test-threads=4
 	$(MAKE) test-models
 
-# Each phase's seconds are printed as it ends, and all of them at the end
-# (target/phases.txt). Each artifact is built once, in a phase of its own:
+# What it needs is installed first where missing (.ci/install: as root;
+# another user is told what to install). Each phase's seconds are printed as
+# it ends, and all of them at the end (target/phases.txt). Each artifact is built once, in a phase of its own:
 # the x86 test build (its binary also goes into the package and the e2e
 # tests) and the aarch64 test build (its binary also runs on the emulated
 # boards); clippy's check build and tiny_http's own tests are the others.
@@ -88,6 +89,7 @@ TEST_BUILD = $(CARGO) test --workspace --tests --no-run
 test:
 	@mkdir -p target && rm -f target/phases.txt
 	@[ -z "$$CI_INSTALL_SECONDS" ] || printf '%-14s %5d s\n' install "$$CI_INSTALL_SECONDS" > target/phases.txt
+	@[ -n "$$CI_INSTALL_SECONDS" ] || $(PHASE) install .ci/install
 	$(PHASE) models $(MAKE) models onnxruntime quantize
 	$(PHASE) lint $(MAKE) lint
 	$(PHASE) deny $(MAKE) deny
