@@ -207,18 +207,19 @@ impl Pipeline {
         model.spec.working_mib.on(model.engine().or(configured)) << 20
     }
 
-    /// What `type=person`'s runs hold at most beside the idle server: each
-    /// view of its model and each model of its median, summed, as
-    /// `rung_working` sums a rung's.
+    /// What `type=person`'s runs hold at most beside the idle server: the
+    /// most any of its runs holds (its model's views, its median's other
+    /// models), as they run one after another and each run's own is gone
+    /// before the next (tests/api/memory.rs, on tract: a 12 MP photo held
+    /// 164-166 MiB over the idle server for two MODNet sizes new to it and
+    /// U2NetP, where one MODNet run holds up to 160).
     fn person_working(&self) -> u64 {
         let person = &self.models[self.person];
-        let views = 1 + person.spec.median.as_ref().map_or(0, |m| m.inputs.len()) as u64;
-        let others: u64 = self
+        let others = self
             .in_median
             .iter()
-            .map(|&i| self.working(&self.models[i]))
-            .sum();
-        views * self.working(person) + others
+            .map(|&i| self.working(&self.models[i]));
+        others.fold(self.working(person), u64::max)
     }
 
     /// `type=auto`'s model: the one the server loads at start.
