@@ -350,7 +350,8 @@ impl Manifest {
     /// one named (or the default). With `isnet-int8` configured,
     /// `type=general` runs it too, not a second IS-Net; so does any
     /// configured model where the board has no room for the general model
-    /// beside it (`general_fits`). With an int8 model configured on tract,
+    /// beside it (`general_fits`), where `person` also runs without its
+    /// median. With an int8 model configured on tract,
     /// another type runs its model's int8 form where `models_dir` has it.
     /// Not on ONNX Runtime: its aarch64 int8 kernels round otherwise than
     /// x86's, and MODNet in int8 carries that to 4% of a photo's pixels
@@ -377,13 +378,18 @@ impl Manifest {
             _ if name == self.general && !general_fits => Ok(auto),
             _ => int8_form(name).map_or_else(|| self.require(Some(name)), Ok),
         };
-        let person = pick(&self.person)?;
+        // Where the general model has no room, the board is a Pi 3's or
+        // smaller: there the median's runs, 3.8x MODNet's work, would take
+        // a portrait from 4.6 to 18 s (BENCHMARKS.md, "People"), and MODNet
+        // runs alone.
+        let mut person = pick(&self.person)?.on(engine);
+        let median = person.median.take().filter(|_| general_fits);
         Ok(Models {
             auto: auto.on(engine),
-            person: person.on(engine),
             general: pick(&self.general)?.on(engine),
             blended: self.named(auto.blend.iter().flat_map(|b| &b.models), engine)?,
-            in_median: self.named(person.median.iter().flat_map(|m| &m.models), engine)?,
+            in_median: self.named(median.iter().flat_map(|m| &m.models), engine)?,
+            person: ModelSpec { median, ..person },
         })
     }
 
@@ -469,6 +475,12 @@ mod tests {
         assert!(models.blended.is_empty(), "U2NetP runs alone");
         let in_median: Vec<_> = models.in_median.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(in_median, ["u2netp"], "MODNet's median takes U2NetP's view");
+        assert!(models.person.median.is_some());
+        let small_board = m
+            .models_for(Some("u2netp"), false, EngineKind::Tract, none.path())
+            .unwrap();
+        assert!(small_board.in_median.is_empty(), "MODNet alone");
+        assert!(small_board.person.median.is_none());
         assert_eq!(
             [models.auto.name, models.person.name, models.general.name],
             ["u2netp", "modnet", "isnet"]
