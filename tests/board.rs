@@ -335,7 +335,28 @@ fn x86_cut_out(
     subject: &str,
     out: &Path,
 ) -> image::RgbaImage {
-    let status = Command::new(env!("CARGO_BIN_EXE_cutout"))
+    x86_cut_out_with(
+        Command::new(env!("CARGO_BIN_EXE_cutout")),
+        photo,
+        model,
+        engine,
+        subject,
+        out,
+    )
+}
+
+/// `x86_cut_out` by `command`: one under a board's memory limit sees that
+/// board (`type=person` runs MODNet alone where the general model has no
+/// room), as the emulated board does.
+fn x86_cut_out_with(
+    mut command: Command,
+    photo: &Path,
+    model: &str,
+    engine: &str,
+    subject: &str,
+    out: &Path,
+) -> image::RgbaImage {
+    let status = command
         .arg("--models-dir")
         .arg(root().join("models"))
         .args([
@@ -485,7 +506,9 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
             let cut = reply.png();
             let model = reply.header("x-model").unwrap().to_owned();
             let name = path.file_name().unwrap().to_string_lossy();
-            let reference = x86_cut_out(
+            let x86 = Cgroup::new(&format!("{}-x86", board.cpu), board.memory_mib);
+            let reference = x86_cut_out_with(
+                x86.command(Path::new(env!("CARGO_BIN_EXE_cutout"))),
                 path,
                 board.model,
                 board.engine,
