@@ -327,28 +327,10 @@ fn send(addr: SocketAddr, raw: &[u8], timeout: Duration) -> Reply {
 
 /// The x86 build's cut-out of `photo` with `model` configured on `engine`
 /// and the request's `subject` type, from the command line (the same
-/// pipeline as the API).
+/// pipeline as the API), run by `command`: one under a board's memory limit
+/// sees that board (`type=person` runs MODNet alone where the general model
+/// has no room), as the emulated board does.
 fn x86_cut_out(
-    photo: &Path,
-    model: &str,
-    engine: &str,
-    subject: &str,
-    out: &Path,
-) -> image::RgbaImage {
-    x86_cut_out_with(
-        Command::new(env!("CARGO_BIN_EXE_cutout")),
-        photo,
-        model,
-        engine,
-        subject,
-        out,
-    )
-}
-
-/// `x86_cut_out` by `command`: one under a board's memory limit sees that
-/// board (`type=person` runs MODNet alone where the general model has no
-/// room), as the emulated board does.
-fn x86_cut_out_with(
     mut command: Command,
     photo: &Path,
     model: &str,
@@ -507,7 +489,7 @@ fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
             let model = reply.header("x-model").unwrap().to_owned();
             let name = path.file_name().unwrap().to_string_lossy();
             let x86 = Cgroup::new(&format!("{}-x86", board.cpu), board.memory_mib);
-            let reference = x86_cut_out_with(
+            let reference = x86_cut_out(
                 x86.command(Path::new(env!("CARGO_BIN_EXE_cutout"))),
                 path,
                 board.model,
@@ -580,7 +562,8 @@ fn matches_x86_on(
     runs: &str,
     dir: &Path,
 ) {
-    let reference = x86_cut_out(photo, model, engine, subject, &dir.join("x86.png"));
+    let cutout = Command::new(env!("CARGO_BIN_EXE_cutout"));
+    let reference = x86_cut_out(cutout, photo, model, engine, subject, &dir.join("x86.png"));
     for cpu in cpus {
         let out = dir.join(format!("{cpu}.png"));
         let status = qemu()
