@@ -22,13 +22,30 @@ pub struct Outcome<'s> {
     pub held: Option<Held<'s>>,
     /// A cut-out's charge, taken back if its answer cannot be written.
     pub charge: Option<Charge>,
+    /// What served a cut-out, for the access log: `type=person model=modnet+u2netp`.
+    pub served: Option<String>,
+}
+
+impl Outcome<'static> {
+    /// An answer that holds no cut-out.
+    pub fn of(response: Body, account: Option<String>) -> Outcome<'static> {
+        Outcome {
+            response,
+            account,
+            held: None,
+            charge: None,
+            served: None,
+        }
+    }
 }
 
 pub fn remove_bg<'s>(state: &'s AppState, request: &mut Request, routes: Routes) -> Outcome<'s> {
     let mut account = None;
     let mut held = None;
     let mut charge = None;
-    let response = match handle(state, request, &mut account, &mut held, &mut charge) {
+    let mut served = None;
+    let outcome = (&mut account, &mut held, &mut charge, &mut served);
+    let response = match handle(state, request, outcome) {
         Ok(response) => response,
         Err(e) => {
             match &e {
@@ -46,15 +63,21 @@ pub fn remove_bg<'s>(state: &'s AppState, request: &mut Request, routes: Routes)
         account,
         held,
         charge,
+        served,
     }
 }
+
+type Parts<'a, 's> = (
+    &'a mut Option<String>,
+    &'a mut Option<Held<'s>>,
+    &'a mut Option<Charge>,
+    &'a mut Option<String>,
+);
 
 fn handle<'s>(
     state: &'s AppState,
     request: &mut Request,
-    account_name: &mut Option<String>,
-    held: &mut Option<Held<'s>>,
-    charge: &mut Option<Charge>,
+    (account_name, held, charge, served): Parts<'_, 's>,
 ) -> Result<Body, ApiError> {
     if state.is_stopping() {
         return Err(ApiError::Unavailable("shutting down".into()));
@@ -116,6 +139,7 @@ fn handle<'s>(
     answer.shrink_to(body.0.len() as u64);
     *held = Some(answer);
     *charge = Some(done.charge);
+    *served = Some(format!("type={x_type} model={}", done.cut.model));
     // Content-Length rather than chunked: clients saving a file like to know its size.
     let mut response = tiny_http::Response::from_data(body.0)
         .with_chunked_threshold(usize::MAX)
@@ -154,12 +178,7 @@ pub fn remove_bg_unknown(state: &AppState, request: &Request) -> Outcome<'static
         }
         Err(e) => e,
     };
-    Outcome {
-        response: respond::error_on(&e, Routes::RemoveBg),
-        account,
-        held: None,
-        charge: None,
-    }
+    Outcome::of(respond::error_on(&e, Routes::RemoveBg), account)
 }
 
 /// The account behind the request's `X-Api-Key`.
@@ -181,12 +200,7 @@ pub fn account(state: &AppState, request: &Request) -> Outcome<'static> {
     let mut account = None;
     let response = account_info(state, request, &mut account)
         .unwrap_or_else(|e| respond::error_on(&e, Routes::RemoveBg));
-    Outcome {
-        response,
-        account,
-        held: None,
-        charge: None,
-    }
+    Outcome::of(response, account)
 }
 
 /// `GET /api/backdrops`: the backdrops a request may name, for any valid key.
@@ -199,12 +213,7 @@ pub fn backdrops(state: &AppState, request: &Request) -> Outcome<'static> {
         })?;
         Ok(respond::json(200, &serde_json::json!({ "data": all })))
     });
-    Outcome {
-        response: listed.unwrap_or_else(|e| respond::error(&e)),
-        account,
-        held: None,
-        charge: None,
-    }
+    Outcome::of(listed.unwrap_or_else(|e| respond::error(&e)), account)
 }
 
 /// `GET /api/backdrops/{id}/background` and `…/overlay`: a backdrop's
@@ -231,12 +240,7 @@ pub fn backdrop_image(
         Ok(tiny_http::Response::from_data(bytes)
             .with_header(respond::header("Content-Type", media_type)))
     });
-    Outcome {
-        response: image.unwrap_or_else(|e| respond::error(&e)),
-        account,
-        held: None,
-        charge: None,
-    }
+    Outcome::of(image.unwrap_or_else(|e| respond::error(&e)), account)
 }
 
 fn account_info(

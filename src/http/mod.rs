@@ -208,11 +208,9 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         route(state, server, &method, &path, &mut request)
     }))
-    .unwrap_or_else(|_| api::Outcome {
-        response: respond::error(&ApiError::Internal(anyhow!("handler panicked"))),
-        account: None,
-        held: None,
-        charge: None,
+    .unwrap_or_else(|_| {
+        let panicked = ApiError::Internal(anyhow!("handler panicked"));
+        api::Outcome::of(respond::error(&panicked), None)
     });
     let mut response = outcome.response;
     for (name, value) in SECURITY_HEADERS {
@@ -248,13 +246,14 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
     drop(in_flight);
     if status < 400 || refusals.first_in_interval(client, status, Instant::now()) {
         log::info!(
-            "{method} {} {status} account={} bytes={bytes} {}ms",
+            "{method} {} {status} account={} bytes={bytes} {}ms{}",
             match path.starts_with(PAIR_POLL) {
                 true => format!("{PAIR_POLL}…").into(),
                 false => shortened(&path, MAX_LOGGED_PATH),
             },
             outcome.account.as_deref().unwrap_or("-"),
-            started.elapsed().as_millis()
+            started.elapsed().as_millis(),
+            outcome.served.map(|s| format!(" {s}")).unwrap_or_default()
         );
     }
 }
@@ -338,12 +337,7 @@ fn route<'s>(
     path: &str,
     request: &mut Request,
 ) -> api::Outcome<'s> {
-    let plain = |response| api::Outcome {
-        response,
-        account: None,
-        held: None,
-        charge: None,
-    };
+    let plain = |response| api::Outcome::of(response, None);
     let get = matches!(method, Method::Get | Method::Head);
     match (path, method) {
         ("/api/remove-bg", Method::Post) => api::remove_bg(state, request, Routes::Contract),
