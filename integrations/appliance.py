@@ -109,6 +109,18 @@ class Appliance:
         """This month's count for the booth's account, as `cutout usage` prints it."""
         return self._cli("usage", "booth").split(": ")[1].strip()
 
+    def served(self) -> list[str]:
+        """What served each cut-out so far, from the access log: `type=person model=modnet+u2netp`."""
+        return [line.split("ms ", 1)[1].strip() for line in self.log if "POST /api/remove-bg 200 " in line]
+
+    def next_served(self, before: int) -> str:
+        """What served the first cut-out after the `before` ones `served` listed (its log line is
+        written once the answer is sent, so it may come a moment later)."""
+        deadline = time.monotonic() + 5
+        while len(self.served()) <= before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.served()[before]
+
     def keys(self) -> int:
         """How many keys the booth account has (`cutout key list`, less its heading)."""
         return len(self._cli("key", "list", "booth").strip().splitlines()) - 1

@@ -501,8 +501,12 @@ class Link:
 
     def cut_out(self, photo: bytes, fields: Dict[str, str]) -> Answer:
         """The appliance's 200 to `POST /api/remove-bg` with `photo` (a JPEG)
-        and `fields`, or an exception: Gone when it is gone (known already,
-        or found now), ApplianceError for any other answer."""
+        and `fields`, `type=person` unless they name a type, or an exception:
+        Gone when it is gone (known already, or found now), ApplianceError
+        for any other answer."""
+        # A booth photographs people: the person pipeline keeps them and
+        # drops the car beside them (BENCHMARKS.md, "People").
+        fields = {"type": "person", **fields}
         self.raise_if_gone()
         boundary = uuid.uuid4().hex
         parts = ['--{}\r\nContent-Disposition: form-data; name="image_file"; filename="capture.jpg"\r\n'

@@ -103,6 +103,7 @@ class TheBackgroundRemovalStep(Fallbacks, unittest.TestCase):
         steps.REMOVE_CACHE.clear()  # the step keeps the last cut-outs by the photo's pixels
 
     def test_gets_the_appliances_cutout_at_the_photos_size(self):
+        served = len(appliance.served())
         before = appliance.images_charged()
         with self.assertNoLogs(PLUGIN, "WARNING"):
             cutout = remove_background()
@@ -114,6 +115,7 @@ class TheBackgroundRemovalStep(Fallbacks, unittest.TestCase):
         self.assertGreater(alpha.histogram()[255], 1000, "a real subject")
         self.assertNotEqual(alpha.tobytes(), own_alpha.tobytes(), "not the booth's own model")
         self.assertNotEqual(appliance.images_charged(), before, "the appliance served it")
+        self.assertRegex(appliance.next_served(served), r"^type=person model=modnet", "a booth asks for people")
 
     def test_uses_the_booths_own_model_when_disabled(self):
         before = appliance.images_charged()

@@ -125,6 +125,7 @@ class ThePictureFactoryHook(Fallbacks, unittest.TestCase):
 
     def test_gets_the_appliances_cutout_at_the_photos_size(self):
         set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
+        served = len(appliance.served())
         before = appliance.images_charged()
         with self.assertNoLogs("pibooth.cutout", "WARNING"):
             capture, factory = processing()
@@ -135,6 +136,7 @@ class ThePictureFactoryHook(Fallbacks, unittest.TestCase):
         self.assertGreater(alpha.histogram()[0], 1000, "a real background, not a stray pixel")
         self.assertGreater(alpha.histogram()[255], 1000, "a real subject")
         self.assertNotEqual(appliance.images_charged(), before, "the appliance served it")
+        self.assertRegex(appliance.next_served(served), r"^type=person model=modnet", "a booth asks for people")
         # pibooth's picture: its green background shows where the photo's was.
         self.assertGreater(green_pixels(factory.build()), green_pixels(without_plugin) + 1000)
 
@@ -620,7 +622,7 @@ class TheCheckBeforeAnEvent(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         self.assertIn("ready:     yes, the certificate is the pinned one", done.stdout)
         self.assertIn("key:       account booth on the pro plan", done.stdout)
-        self.assertRegex(done.stdout, r"cut-out:   \d+\.\d\d s for 106024.jpg .* served by u2netp")
+        self.assertRegex(done.stdout, r"cut-out:   \d+\.\d\d s for 106024.jpg .* served by modnet\+u2netp")
         self.assertIn(f"quota:     {500 - before - 1} of 500 cut-outs left this month", done.stdout)
 
     def test_fails_on_a_refused_key_another_certificate_or_no_appliance(self):
