@@ -361,6 +361,12 @@ pub fn run(cli: Cli) -> Result<()> {
     let mut settings = settings(&cli)?;
     if cli.serves() {
         let sources = crate::backup::Sources::of(&settings);
+        for leftover in crate::backup::remove_leftovers(&settings.data_dir) {
+            log::warn!(
+                "removed {}, left by a process that ended",
+                leftover.display()
+            );
+        }
         if let Some(contents) = crate::backup::finish_pending(&sources)? {
             log::warn!("restored the backup uploaded on the setup page: {contents}");
             if contents.config {

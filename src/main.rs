@@ -47,8 +47,20 @@ fn end_quietly_when_the_reader_goes() {
     }
 }
 
+/// What the appliance writes holds secrets (the database and its journal,
+/// the TLS key, a backup's plain copies on their way, uploads): created
+/// readable by its owner alone, whatever umask it was started with, never
+/// widened or narrowed afterwards.
+fn create_files_private() {
+    // SAFETY: umask only sets the process's file-creation mask.
+    unsafe {
+        libc::umask(0o077);
+    }
+}
+
 fn main() {
     map_large_buffers_apart();
+    create_files_private();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version

@@ -115,26 +115,26 @@ fn make() -> Result<Certificate> {
     })
 }
 
-/// Writes the key readable by the service's user alone, then the
-/// certificate: a start cut short leaves no certificate without its key.
+/// Writes the key, then the certificate, both readable by the service's
+/// user alone: a start cut short leaves no certificate without its key.
 pub fn save(cert: &Path, key: &Path, made: &Certificate) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = cert.parent().expect("a file in a directory");
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let write = |path: &Path, bytes: &[u8], mode: u32| -> Result<()> {
+    let write = |path: &Path, bytes: &[u8]| -> Result<()> {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
-            .mode(mode)
+            .mode(0o600)
             .open(path)
             .with_context(|| format!("writing {}", path.display()))?;
         file.write_all(bytes)
             .and_then(|()| file.sync_all())
             .with_context(|| format!("writing {}", path.display()))
     };
-    write(key, &made.key_pem, 0o600)?;
-    write(cert, &made.chain_pem, 0o644)
+    write(key, &made.key_pem)?;
+    write(cert, &made.chain_pem)
 }
 
 #[cfg(test)]

@@ -132,11 +132,7 @@ pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Resul
     if !database.exists() {
         bail!("no database at {}: nothing to back up", database.display());
     }
-    let snapshot = Scratch(
-        appliance
-            .data_dir
-            .join(format!(".backup-{}.db", crate::secrets::random_hex(8))),
-    );
+    let snapshot = Scratch(scratch_path(&appliance.data_dir, "backup", ".db"));
     let conn = Connection::open(&database)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.execute("VACUUM INTO ?1", [snapshot.0.to_string_lossy()])
@@ -230,11 +226,7 @@ const PENDING: &str = ".restore-pending";
 /// refused for a wrong passphrase, a damaged or newer backup, or an
 /// appliance with accounts unless `replace`.
 pub fn stage(appliance: &Sources, passphrase: &str, from: &Path, replace: bool) -> Result<Staged> {
-    let staging = Scratch(
-        appliance
-            .data_dir
-            .join(format!(".restore-{}", crate::secrets::random_hex(8))),
-    );
+    let staging = Scratch(scratch_path(&appliance.data_dir, "restore", ""));
     fs::create_dir_all(&staging.0).with_context(|| format!("creating {}", staging.0.display()))?;
     let manifest = unpack(from, passphrase, &staging.0)?;
     if manifest.format != FORMAT {
@@ -541,6 +533,49 @@ fn give_to_the_data_dirs_owner(data_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The kinds of scratch files and directories in the data directory.
+const SCRATCH_KINDS: [&str; 4] = ["backup", "restore", "upload", "download"];
+
+/// A scratch file or directory of `kind` (`SCRATCH_KINDS`) in `data_dir`,
+/// `.KIND-PID-RANDOM.EXT`: the process's id tells a later start the
+/// leftovers of one that crashed (`remove_leftovers`) from those of one
+/// still running (`cutout backup` beside the service).
+pub fn scratch_path(data_dir: &Path, kind: &str, extension: &str) -> PathBuf {
+    debug_assert!(SCRATCH_KINDS.contains(&kind));
+    let (pid, random) = (std::process::id(), crate::secrets::random_hex(8));
+    data_dir.join(format!(".{kind}-{pid}-{random}{extension}"))
+}
+
+/// Removes the scratch files and directories (`scratch_path`) in
+/// `data_dir` whose process is no longer running: the plain copies of a
+/// database, an upload or a backup that a crash left. What it removed.
+pub fn remove_leftovers(data_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(data_dir) else {
+        return Vec::new();
+    };
+    let leftovers = entries.flatten().filter(|entry| {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(scratch_pid);
+        pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    });
+    leftovers
+        .map(|entry| entry.path())
+        .filter(|path| {
+            fs::remove_dir_all(path)
+                .or_else(|_| fs::remove_file(path))
+                .is_ok()
+        })
+        .collect()
+}
+
+/// The process id in a scratch name (`scratch_path`).
+fn scratch_pid(name: &str) -> Option<u32> {
+    let (kind, rest) = name.strip_prefix('.')?.split_once('-')?;
+    let (pid, _) = rest.split_once('-')?;
+    SCRATCH_KINDS.contains(&kind).then_some(())?;
+    pid.parse().ok()
+}
+
 /// A file or directory removed when dropped.
 struct Scratch(PathBuf);
 
@@ -611,6 +646,18 @@ mod tests {
             read_passphrase_file(&dir.path().join("gone")).unwrap_err()
         );
         assert!(why.contains("cannot read the passphrase file"), "{why}");
+    }
+
+    #[test]
+    fn a_scratch_name_holds_the_pid_of_the_process_that_made_it() {
+        let dir = Path::new("/data");
+        let path = scratch_path(dir, "backup", ".db");
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert_eq!(scratch_pid(name), Some(std::process::id()), "{name}");
+        assert_eq!(scratch_pid(".restore-12-ab"), Some(12));
+        assert_eq!(scratch_pid(PENDING), None, "the setup page's restore stays");
+        assert_eq!(scratch_pid(".cache-12-ab"), None, "not a scratch kind");
+        assert_eq!(scratch_pid("backup-12-ab"), None);
     }
 
     #[test]

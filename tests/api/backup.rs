@@ -134,8 +134,65 @@ fn a_booth_paired_with_the_old_card_cuts_out_on_the_restored_one_charged_to_the_
     let reply = pinned_cut_out(https, &fingerprint, &key);
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.header("x-ratelimit-remaining"), Some("497"));
+    assert_private(&new, &["cutout.toml.before-restore", "notify"]);
     server.stop();
     assert_eq!(used(&new, "booth"), 3, "the month's count goes on");
+}
+
+/// Everything in `dir`, and under it, is its owner's alone (the test
+/// process's umask is 022), but the files in `theirs` that the test made.
+fn assert_private(dir: &Path, theirs: &[&str]) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if theirs.iter().any(|name| entry.file_name() == *name) {
+            continue;
+        }
+        let mode = entry.metadata().unwrap().permissions().mode();
+        let path = entry.path();
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+        if path.is_dir() {
+            assert_private(&path, &[]);
+        }
+    }
+}
+
+#[test]
+fn a_crashed_processs_plain_copies_are_removed_at_start_and_a_running_ones_kept() {
+    let data = tempfile::tempdir().unwrap();
+    let dead = u32::MAX; // over any pid_max
+    let leftovers = [
+        format!(".backup-{dead}-0123abcd.db"),
+        format!(".upload-{dead}-0123abcd"),
+        format!(".download-{dead}-0123abcd.cutout-backup"),
+    ];
+    for name in &leftovers {
+        std::fs::write(data.path().join(name), "accounts and keys in clear").unwrap();
+    }
+    let staged = data.path().join(format!(".restore-{dead}-0123abcd"));
+    std::fs::create_dir(&staged).unwrap();
+    std::fs::write(staged.join("cutout.db"), "accounts and keys in clear").unwrap();
+    let running = format!(".backup-{}-0123abcd.db", std::process::id());
+    std::fs::write(data.path().join(&running), "a backup on its way").unwrap();
+
+    let server = Server::start_with(data.path(), &models_dir(), "warn", &[], &[]);
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    for name in leftovers
+        .iter()
+        .chain([&staged.file_name().unwrap().to_str().unwrap().to_owned()])
+    {
+        assert!(!data.path().join(name).exists(), "{name} removed");
+        assert!(
+            log.contains(&format!("removed {}", data.path().join(name).display())),
+            "{log}"
+        );
+    }
+    assert!(
+        data.path().join(&running).exists(),
+        "{running}: its process runs"
+    );
+    assert_private(data.path(), &[&running, "notify"]);
+    server.stop();
 }
 
 #[test]

@@ -101,10 +101,7 @@ fn download_backup(cx: &Ctx, fields: &Fields) -> Handled {
         return refused(400, "The two passphrases differ.");
     }
     let sources = &cx.state.backup_sources;
-    let path = sources.data_dir.join(format!(
-        ".download-{}.cutout-backup",
-        crate::secrets::random_hex(8)
-    ));
+    let path = crate::backup::scratch_path(&sources.data_dir, "download", ".cutout-backup");
     let taken = crate::backup::take(sources, passphrase, &path, cx.now);
     let size = std::fs::metadata(&path).map_or(0, |m| m.len());
     let bytes = taken.and_then(|_| {

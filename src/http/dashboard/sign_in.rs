@@ -290,9 +290,7 @@ const MAX_BACKUP_BYTES: u64 = 2 * MAX_BACKDROPS as u64 * MAX_IMAGE_BYTES + (64 <
 /// the program starts again, at once: the running service holds the
 /// database open.
 pub(super) fn setup_restore(state: &AppState, request: &mut Request, now: i64) -> Handled {
-    let upload = state
-        .data_dir
-        .join(format!(".upload-{}", crate::secrets::random_hex(8)));
+    let upload = crate::backup::scratch_path(&state.data_dir, "upload", "");
     let content_type = header_value(request, "Content-Type")
         .unwrap_or_default()
         .to_owned();
