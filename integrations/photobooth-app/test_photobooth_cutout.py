@@ -179,14 +179,14 @@ class TheBackdrops(unittest.TestCase):
         band = Image.new("RGBA", (300, 200), (0, 0, 0, 0))
         band.paste((255, 0, 0, 255), (0, 0, 300, 20))  # an opaque red band over the top tenth
         overlay = png(band)
-        appliance.add_backdrop("Beach", blue, overlay)
+        appliance.add_backdrop("Été", blue, overlay)  # its id, "été", is not ASCII
         set_appliance(appliance.https_url, appliance.key, appliance.fingerprint)
-        background, frame = Path("userdata/cutout-backdrops/beach.png"), Path("userdata/cutout-backdrops/beach-overlay.png")
+        background, frame = Path("userdata/cutout-backdrops/été.png"), Path("userdata/cutout-backdrops/été-overlay.png")
         with self.assertLogs(PLUGIN, "INFO") as logs:
             plugins.stop()  # as the admin UI's save with reload does
             plugins.start()
-            wait_until(lambda: panel()["Backdrops kept"] == "beach")
-        self.assertIn("backdrop 'Beach' from the cutout appliance kept in ./userdata/cutout-backdrops", "\n".join(logs.output))
+            wait_until(lambda: panel()["Backdrops kept"] == "été")
+        self.assertIn("backdrop 'Été' from the cutout appliance kept in ./userdata/cutout-backdrops", "\n".join(logs.output))
         self.assertEqual((background.read_bytes(), frame.read_bytes()), (blue, overlay), "as the operator uploaded them")
         kept_at = background.stat().st_mtime_ns, frame.stat().st_mtime_ns
 
@@ -214,7 +214,7 @@ class TheBackdrops(unittest.TestCase):
 
         plugins.stop()
         plugins.start()
-        wait_until(lambda: panel()["Backdrops kept"] == "beach")
+        wait_until(lambda: panel()["Backdrops kept"] == "été")
         self.assertEqual((background.stat().st_mtime_ns, frame.stat().st_mtime_ns), kept_at, "fetched once, not at each start")
 
 

@@ -437,7 +437,7 @@ class TheWaitScreen(unittest.TestCase):
 
 def add_backdrops():
     """The appliance's backdrops, as its operator adds them on its dashboard:
-    "Beach", blue under an opaque red band over its top tenth, and "Party"."""
+    "Beach", blue under an opaque red band over its top tenth, and "日本" (an id beyond ASCII)."""
     blue = io.BytesIO()
     Image.new("RGB", (300, 200), (0, 0, 255)).save(blue, format="PNG")
     band = Image.new("RGBA", (300, 200), (0, 0, 0, 0))
@@ -445,7 +445,7 @@ def add_backdrops():
     overlay = io.BytesIO()
     band.save(overlay, format="PNG")
     appliance.add_backdrop("Beach", blue.getvalue(), overlay.getvalue())
-    appliance.add_backdrop("Party", blue.getvalue())
+    appliance.add_backdrop("日本", blue.getvalue())
 
 
 def assert_on_the_beach(test, picture: Image.Image):
@@ -481,7 +481,7 @@ class TheBackdrops(unittest.TestCase):
         while len(themes.backdrops) < 2 and time.monotonic() < deadline:
             ours("state_wait_do")(cfg=config, app=None, win=self.win, events=[])
             time.sleep(0.02)
-        self.assertEqual([name for _, name in themes.backdrops], ["Beach", "Party"])
+        self.assertEqual([name for _, name in themes.backdrops], ["Beach", "日本"])
         self.assertEqual(themes.title(), "No backdrop")
         right = pygame.event.Event(pygame.KEYDOWN, key=pygame.K_RIGHT)
         with self.assertLogs("pibooth.cutout", "INFO") as logs:

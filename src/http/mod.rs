@@ -203,7 +203,7 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
     let started = Instant::now();
     let in_flight = state.serving();
     let method = request.method().clone();
-    let path = request.url().split('?').next().unwrap_or("").to_owned();
+    let path = decoded_path(request.url());
     // A panic in a handler costs its request a 500, never the worker.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         route(state, server, &method, &path, &mut request)
@@ -255,6 +255,17 @@ fn serve(state: &AppState, server: &Server, refusals: &refusals::RefusalLog, mut
             started.elapsed().as_millis(),
             outcome.served.map(|s| format!(" {s}")).unwrap_or_default()
         );
+    }
+}
+
+/// The request target's path, its percent-escapes decoded (a backdrop
+/// named "Été" is asked for as `%C3%A9t%C3%A9`); one that is not UTF-8
+/// once decoded stays as sent, and matches no route.
+fn decoded_path(target: &str) -> String {
+    let raw = target.split('?').next().unwrap_or("");
+    match percent_encoding::percent_decode_str(raw).decode_utf8() {
+        Ok(path) => path.into_owned(),
+        Err(_) => raw.to_owned(),
     }
 }
 

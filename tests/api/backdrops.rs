@@ -283,6 +283,87 @@ fn the_operator_adds_previews_and_deletes_backdrops_on_the_dashboard() {
     );
 }
 
+/// The `href`/`src` values in `page` that start with `prefix`, as a browser
+/// asks for them: each byte beyond ASCII percent-encoded.
+fn links(page: &str, prefix: &str) -> Vec<String> {
+    let quoted = format!("\"{prefix}");
+    page.match_indices(&quoted)
+        .map(|(at, _)| page[at + 1..].split('"').next().unwrap())
+        .map(|link| {
+            link.bytes()
+                .map(|b| match b.is_ascii() {
+                    true => (b as char).to_string(),
+                    false => format!("%{b:02X}"),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn backdrops_named_beyond_ascii_work_on_the_dashboard_for_booths_and_in_requests() {
+    let app = spawn_app();
+    app.set_admin_password();
+    let operator = app.admin();
+    let key = app.account("booth", "pro");
+    for name in ["Été", "日本"] {
+        let added = upload(&operator, name, Some(&blue()), Some(&red_band()));
+        assert_eq!(added.status, 303, "{name}: {}", added.text());
+    }
+    let page = operator.get("/admin/backdrops").text();
+    let previews = links(&page, "/admin/backdrops/");
+    let previews: Vec<_> = previews
+        .iter()
+        .filter(|l| l.ends_with("/preview"))
+        .collect();
+    assert_eq!(previews.len(), 2, "{page}");
+    for preview in previews {
+        let reply = operator.get(preview);
+        assert_eq!(reply.status, 200, "{preview}");
+        assert_eq!(
+            reply.header("content-type"),
+            Some("image/jpeg"),
+            "{preview}"
+        );
+    }
+
+    let headers = [("X-Api-Key".to_owned(), key.clone())];
+    let listed = app.request("GET", "/api/backdrops", &headers, b"");
+    let json: serde_json::Value = serde_json::from_slice(&listed.body).unwrap();
+    let ids: Vec<&str> = json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["été", "日本"]);
+    for id in ids {
+        // As booths ask for it (Python's urllib.parse.quote).
+        let id = percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC);
+        for part in ["background", "overlay"] {
+            let path = format!("/api/backdrops/{id}/{part}");
+            let reply = app.request("GET", &path, &headers, b"");
+            assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        }
+    }
+    for name in ["Été", "日本", "été"] {
+        let reply = cut(&app, &key, &[("backdrop", name)]);
+        assert_eq!(reply.status, 200, "{name}: {}", reply.text());
+    }
+
+    let csrf = operator.csrf("/admin/backdrops");
+    for delete in links(&page, "/admin/backdrops/") {
+        if delete.ends_with("/delete") {
+            let reply = operator.post(&delete, &[("csrf", &csrf)]);
+            assert_eq!(reply.status, 303, "{delete}: {}", reply.text());
+        }
+    }
+    assert_eq!(
+        Backdrops::in_data_dir(app.data_dir()).list().unwrap(),
+        vec![]
+    );
+}
+
 #[test]
 fn every_bad_upload_is_refused_with_a_clear_error_and_changes_nothing() {
     let app = spawn_app_with(EngineSource::Ready(u2netp()), |s| {
