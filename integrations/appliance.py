@@ -221,12 +221,20 @@ class Switch:
     HTTPS) that leads to the appliance's HTTPS byte for byte (its certificate
     included) while `switch.state` is "up"; "down" refuses connections, as a
     switched-off appliance's address does, and "hung" accepts them and never
-    answers, as a frozen one does. `switch.sent` and `switch.received` count
-    the bytes the booth sent and got back through it."""
+    answers, as a frozen one does. The `STALLS` play an appliance that hangs
+    once it has a request: TLS with its own certificate, the request read up to
+    that point, then nothing. `switch.sent` and `switch.received` count the
+    bytes the booth sent and got back through it."""
+
+    # How much of a request's body a stalled appliance reads before it hangs.
+    STALLS = {"hangs after the headers": 0, "hangs in the body": 0.5, "hangs before the answer": 1}
 
     def __init__(self, appliance: Appliance, state: str = "up"):
         self.upstream = urllib.parse.urlsplit(appliance.https_url)
         self.state = state
+        self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls = Path(appliance.data_dir, "tls")
+        self._tls.load_cert_chain(tls / "certificate.pem", tls / "private-key.pem")
         self.sent = self.received = 0
         self._lock = threading.Lock()
 
@@ -266,6 +274,8 @@ class Switch:
                 booth.close()
             elif self.state == "hung":
                 self._held.append(booth)
+            elif self.state in self.STALLS:
+                threading.Thread(target=self._stall, args=(booth, self.STALLS[self.state]), daemon=True).start()
             else:
                 threading.Thread(target=self._relay, args=(booth,), daemon=True).start()
         for held in self._held:
@@ -290,6 +300,22 @@ class Switch:
                                 self.sent += len(data)
                             else:
                                 self.received += len(data)
+
+    def _stall(self, booth, share_of_body: float):
+        """Reads a request up to `share_of_body` of its body, then holds the connection unanswered."""
+        try:
+            booth = self._tls.wrap_socket(booth, server_side=True)
+            request = b""
+            while b"\r\n\r\n" not in request and (chunk := booth.recv(65536)):
+                request += chunk
+            head, _, body = request.partition(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length: *(\d+)", head)
+            wanted = int(int(length.group(1)) * share_of_body) if length else 0
+            while len(body) < wanted and (chunk := booth.recv(65536)):
+                body += chunk
+        except OSError:
+            pass
+        self._held.append(booth)
 
     def bytes_counted(self) -> int:
         with self._lock:

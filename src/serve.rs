@@ -154,8 +154,11 @@ fn serve_best_rung(state: &AppState, settings: &Settings, report: Option<&Report
     let ladder = ladder::measured_for(ladder, &state.pipeline, engine);
     let budget = settings.pipeline.budget_seconds;
     let board = Board::detect().name;
-    let (rung, lines) = ladder::best_rung(&state.pipeline, engine, ladder, &board, budget);
+    let (rung, mut lines) = ladder::best_rung(&state.pipeline, engine, ladder, &board, budget);
     state.pipeline.serve(rung);
+    let (person, line) = ladder::best_person_rung(&state.pipeline, engine, &board, budget);
+    state.pipeline.serve_person(person);
+    lines.push(line);
     for line in &lines {
         log::info!("{line}");
     }

@@ -556,10 +556,11 @@ class Link:
         with self._lock:
             return self._retry_at > float("-inf")
 
-    def wait(self, future: Future, check_every: float = 1.0):
+    def wait(self, future: Future, check_every: float = 0.5):
         """`future`'s result (a request on this link), checking the appliance
-        each `check_every` seconds while it runs: a hung appliance costs the
-        caller about two seconds, not the request's whole timeout."""
+        each `check_every` seconds while it runs (a check takes CHECK_SECONDS
+        at most): a hung appliance costs the caller under two seconds, not
+        the request's whole timeout."""
         while True:
             try:
                 return future.result(timeout=check_every)

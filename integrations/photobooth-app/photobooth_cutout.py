@@ -16,7 +16,9 @@ an answer that is not a matte of the photo's size) the matte comes from
 photobooth-app's own model, as without the plugin, and one line is logged.
 An appliance that is gone costs a photo a second at most, once: the shared
 `cutout_booth.Link` remembers it, and checks again, backing off, until it
-is back.
+is back. One that hangs once it has the request (after its headers, in its
+body, before its answer) costs two seconds: the cut-out runs in a thread
+while `Link.wait` checks the appliance each second.
 
 photobooth-app's plugin hooks hand a plugin no capture (`sm_on_exit_state`
 gets the states and the media type, not the job or its files), so each
@@ -49,6 +51,7 @@ import logging
 import os
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import cutout_booth
 from PIL import Image
@@ -227,6 +230,8 @@ class ApplianceSession:
 
 
 LINK = cutout_booth.Link()
+# A hung request holds its thread until its timeout: the next photo's goes on another.
+SENDER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cutout")
 BACKDROPS_FOLDER = os.path.join(USERDATA_PATH, "cutout-backdrops")
 BACKDROPS_EVERY_SECONDS = 60
 FIELDS = {"size": "full", "channels": "alpha"}
@@ -242,7 +247,7 @@ def matte_from_appliance(img: Image.Image, settings: Appliance) -> Image.Image:
         sent.thumbnail((settings.longest_side_sent,) * 2, Image.Resampling.BILINEAR, reducing_gap=2.0)
     photo = io.BytesIO()
     sent.save(photo, format="JPEG", quality=90)
-    body = LINK.cut_out(photo.getvalue(), FIELDS).body
+    body = LINK.wait(SENDER.submit(LINK.cut_out, photo.getvalue(), FIELDS)).body
     try:
         matte = Image.open(io.BytesIO(body))
         matte.load()

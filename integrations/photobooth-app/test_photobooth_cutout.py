@@ -125,6 +125,25 @@ class TheBackgroundRemovalStep(Fallbacks, unittest.TestCase):
         self.assertEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "photobooth-app's own cut-out")
         self.assertEqual(appliance.images_charged(), before)
 
+    def test_an_appliance_that_hangs_with_the_request_costs_a_photo_two_seconds_at_most(self):
+        set_appliance(appliance.https_url, appliance.key, appliance.fingerprint, enabled=False)
+        started = time.monotonic()
+        remove_background()
+        own = time.monotonic() - started
+        for state in Switch.STALLS:
+            steps.REMOVE_CACHE.clear()
+            with self.subTest(state), Switch(appliance, state) as switch:
+                set_appliance(switch.url, appliance.key, appliance.fingerprint)
+                started = time.monotonic()
+                with self.assertLogs(PLUGIN, "WARNING") as logs:
+                    cutout = remove_background()
+                added = time.monotonic() - started - own
+                print(f"\n  appliance {state}: {added:.2f} s added to the photo; logged: {logs.output[0]}",
+                      end=" ", file=sys.stderr)
+                self.assertEqual(len(logs.records), 1, logs.output)
+                self.assertEqual(cutout.getchannel("A").tobytes(), own_alpha.tobytes(), "photobooth-app's own cut-out")
+                self.assertLessEqual(added, 2.0)
+
     def assert_programs_own_result(self, why: str):
         with self.assertLogs(PLUGIN, "WARNING") as logs:
             cutout = remove_background()

@@ -327,7 +327,7 @@ class TheCountdown(unittest.TestCase):
         return time.monotonic() - started
 
     def test_a_switched_off_or_hung_appliance_costs_a_guest_two_seconds_at_most(self):
-        for state in ("down", "hung"):
+        for state in ("down", "hung", *Switch.STALLS):
             own_picture, own = pibooths_own(self.camera)
             with self.subTest(state), Switch(appliance, state) as switch:
                 set_appliance(switch.url, appliance.key, appliance.fingerprint)

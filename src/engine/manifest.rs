@@ -64,6 +64,9 @@ pub struct ModelSpec {
     /// Its mattes' error against the peers' (`make eval`).
     #[serde(default)]
     pub dev_mae: Option<DevMae>,
+    /// Its `type=person` on dev/ppm (`make eval`), where measured.
+    #[serde(default)]
+    pub dev_ppm: Option<DevPpm>,
     pub input: InputSpec,
     /// `input` on tract, where tract's file runs at another geometry.
     #[serde(default)]
@@ -119,6 +122,14 @@ pub struct DevMae {
     pub one_view: Option<Vec<f64>>,
 }
 
+/// `type=person`'s MSE and MAD on dev/ppm, on each of its rungs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevPpm {
+    pub median: Option<Vec<f64>>,
+    pub alone: Option<Vec<f64>>,
+}
+
 /// The peers' figures on the dev sets (../shared/eval/REFERENCE.md: the
 /// same weights, the peers' own processing) and what each costs a 12 MP
 /// photo (bench/cost.py), for the ladder to say which peers fit a budget.
@@ -138,6 +149,9 @@ pub struct Peer {
     pub gmacs_12mp: f64,
     /// MAE on each of `Peers::sets`.
     pub mae: Vec<f64>,
+    /// MSE and MAD on dev/ppm, where scored.
+    #[serde(default)]
+    pub ppm: Option<Vec<f64>>,
 }
 
 /// The resampling filter a photo is shrunk to a model's input with.

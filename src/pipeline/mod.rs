@@ -11,7 +11,7 @@ mod spare;
 mod views;
 
 pub use queue::{Held, NoTurn, Place, WorkQueue};
-pub use rungs::Rung;
+pub use rungs::{PersonRung, Rung};
 
 use crate::domain::{SizeMode, SubjectType};
 use crate::engine::preprocess::{
@@ -115,6 +115,8 @@ pub struct Pipeline {
     max_pixels: u64,
     /// The rung of `Rung::ALL` that `type=auto` serves.
     serving: AtomicUsize,
+    /// The rung of `PersonRung::ALL` that `type=person` serves.
+    serving_person: AtomicUsize,
     /// Every view of `type=auto` runs, whatever the first says: the bench
     /// times the most a photo can cost.
     every_view: bool,
@@ -162,9 +164,11 @@ impl Pipeline {
             spare_pixels: SparePixels::new(holding_pixels),
             max_pixels: crate::error::MAX_PIXELS_DECODED,
             serving: AtomicUsize::new(0),
+            serving_person: AtomicUsize::new(0),
             every_view: false,
         };
         pipeline.serve(pipeline.rungs()[0]);
+        pipeline.serve_person(pipeline.person_rungs()[0]);
         pipeline
     }
 
@@ -215,10 +219,11 @@ impl Pipeline {
     /// U2NetP, where one MODNet run holds up to 160).
     fn person_working(&self) -> u64 {
         let person = &self.models[self.person];
-        let others = self
-            .in_median
-            .iter()
-            .map(|&i| self.working(&self.models[i]));
+        let others = match self.serving_person() {
+            PersonRung::Median => &self.in_median[..],
+            PersonRung::Alone => &[],
+        };
+        let others = others.iter().map(|&i| self.working(&self.models[i]));
         others.fold(self.working(person), u64::max)
     }
 
@@ -513,7 +518,9 @@ impl Pipeline {
             std::mem::take(&mut first)
         };
         let mut alone_by = spec.name.clone();
-        if let (SubjectType::Person, Some(median)) = (subject, &spec.median) {
+        let median = spec.median.as_ref();
+        let median = median.filter(|_| self.serving_person() == PersonRung::Median);
+        if let (SubjectType::Person, Some(median)) = (subject, median) {
             let first = (
                 std::mem::replace(&mut model_input, DynamicImage::new_luma8(0, 0)),
                 alone,
@@ -981,6 +988,19 @@ mod tests {
         let (made_by, _, laps) = cut_black_photo(&pipeline, SubjectType::Auto);
         assert_eq!(made_by, "u2netp");
         assert!(!laps.contains(&"median-model"), "{laps:?}");
+        // Served `alone` (a board too slow for the median): MODNet's first view.
+        assert_eq!(pipeline.person_rungs(), PersonRung::ALL);
+        pipeline.serve_person(PersonRung::Alone);
+        let modnet = ByWidth {
+            width: 384,
+            at_width: 1.0,
+            otherwise: 0.0,
+        };
+        set_engine(&pipeline, person, modnet);
+        let (made_by, alpha, laps) = cut_black_photo(&pipeline, SubjectType::Person);
+        assert_eq!(made_by, "modnet");
+        assert!(!laps.contains(&"median-model"), "{laps:?}");
+        assert_eq!(alpha.get_pixel(380, 150)[0], 255, "what MODNet sees, kept");
     }
 
     #[test]

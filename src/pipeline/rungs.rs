@@ -47,7 +47,100 @@ impl Rung {
     }
 }
 
+/// One way to serve `type=person`, best mattes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersonRung {
+    /// The per-pixel median of the person model's views and the median's
+    /// other models (`Pipeline::median`).
+    Median,
+    /// The person model's first view alone.
+    Alone,
+}
+
+impl PersonRung {
+    pub const ALL: [PersonRung; 2] = [PersonRung::Median, PersonRung::Alone];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PersonRung::Median => "median",
+            PersonRung::Alone => "alone",
+        }
+    }
+}
+
 impl Pipeline {
+    /// The rungs `type=person` may serve here, best first: the median where
+    /// the person model has one here, then the model alone.
+    pub fn person_rungs(&self) -> Vec<PersonRung> {
+        let median = self.models[self.person].spec.median.is_some();
+        PersonRung::ALL
+            .into_iter()
+            .filter(|rung| median || *rung == PersonRung::Alone)
+            .collect()
+    }
+
+    pub fn serving_person(&self) -> PersonRung {
+        PersonRung::ALL[self.serving_person.load(Ordering::Relaxed)]
+    }
+
+    /// From now on `type=person` is served with `rung` (one of `person_rungs`).
+    pub fn serve_person(&self, rung: PersonRung) {
+        let index = PersonRung::ALL.iter().position(|r| *r == rung);
+        self.serving_person
+            .store(index.expect("in ALL"), Ordering::Relaxed);
+    }
+
+    /// The model runs of `type=person`'s `rung`.
+    fn person_runs(&self, rung: PersonRung) -> Vec<(&Model, InputSpec)> {
+        let person = &self.models[self.person];
+        let mut runs = vec![(person, person.spec.input)];
+        if let (PersonRung::Median, Some(median)) = (rung, &person.spec.median) {
+            runs.extend(median.inputs.iter().map(|&input| (person, input)));
+            runs.extend(self.in_median.iter().map(|&i| {
+                let model = &self.models[i];
+                (model, model.spec.input)
+            }));
+        }
+        runs
+    }
+
+    /// What `type=person`'s `rung` runs here.
+    pub fn describe_person(&self, rung: PersonRung) -> String {
+        let person = &self.models[self.person].spec.name;
+        match rung {
+            PersonRung::Median => {
+                let others = self.in_median.iter().map(|&i| &self.models[i].spec.name);
+                let models: Vec<&str> = std::iter::once(person)
+                    .chain(others)
+                    .map(String::as_str)
+                    .collect();
+                format!(
+                    "the median of {} views of {}",
+                    self.person_runs(rung).len(),
+                    models.join(" and ")
+                )
+            }
+            PersonRung::Alone => format!("{person} alone"),
+        }
+    }
+
+    /// The multiply-adds of `type=person`'s `rung` on a `width`×`height`
+    /// photo, as `(f32, int8)`.
+    pub fn person_rung_macs(&self, rung: PersonRung, width: u32, height: u32) -> (u64, u64) {
+        macs_of(&self.person_runs(rung), width, height)
+    }
+
+    /// `type=person`'s `rung`'s MSE and MAD on dev/ppm (`make eval`, the
+    /// manifest's `dev_ppm`), where measured.
+    pub fn dev_ppm(&self, rung: PersonRung) -> Option<&[f64]> {
+        let ppm = self.models[self.person].spec.dev_ppm.as_ref()?;
+        let figures = match rung {
+            PersonRung::Median => ppm.median.as_ref(),
+            PersonRung::Alone => ppm.alone.as_ref(),
+        };
+        figures.map(Vec::as_slice)
+    }
+
     /// The rungs `type=auto` may serve here, best first: where it is more
     /// than one model run, the whole `auto`, the same with one view of its
     /// model (where it has more), its model alone and the blend's small
@@ -171,16 +264,20 @@ impl Pipeline {
     /// The multiply-adds of the most a `width`×`height` photo can cost on
     /// `rung`: every view and the second opinion, as `(f32, int8)`.
     pub fn rung_macs(&self, rung: Rung, width: u32, height: u32) -> (u64, u64) {
-        let runs = self.runs(rung);
-        let mut macs = (0, 0);
-        for (Model { spec, .. }, input) in runs {
-            let (w, h) = input_layout(input, width, height).input;
-            let run = spec.macs_per_pixel * u64::from(w) * u64::from(h);
-            match spec.int8 {
-                true => macs.1 += run,
-                false => macs.0 += run,
-            }
-        }
-        macs
+        macs_of(&self.runs(rung), width, height)
     }
+}
+
+/// The multiply-adds of `runs` on a `width`×`height` photo, as `(f32, int8)`.
+fn macs_of(runs: &[(&Model, InputSpec)], width: u32, height: u32) -> (u64, u64) {
+    let mut macs = (0, 0);
+    for (Model { spec, .. }, input) in runs {
+        let (w, h) = input_layout(*input, width, height).input;
+        let run = spec.macs_per_pixel * u64::from(w) * u64::from(h);
+        match spec.int8 {
+            true => macs.1 += run,
+            false => macs.0 += run,
+        }
+    }
+    macs
 }

@@ -242,6 +242,17 @@ fn cutout_ladder_shows_each_rung_and_which_serves_on_a_named_board() {
         "{table}"
     );
     assert!(!table.contains("within 4 s ("), "{table}");
+    // type=person there: no room for the median, and MODNet alone over 4 s.
+    let person = &pi3["person"];
+    assert_eq!(person["rungs"].as_array().unwrap().len(), 1, "{person}");
+    assert_eq!(
+        (person["serves"].as_str(), person["fit"].as_str()),
+        (Some("alone"), Some("none_fits"))
+    );
+    assert!(
+        table.contains("type=person serves the fastest, alone, at 4.6 s instead."),
+        "{table}"
+    );
     // This CPU: nothing published, nothing measured.
     let here = json(&[], &[]);
     assert_eq!(
@@ -264,6 +275,17 @@ fn cutout_ladder_shows_each_rung_and_which_serves_on_a_named_board() {
     );
     assert!(
         table.contains("type=auto serves fast within 4 s"),
+        "{table}"
+    );
+    // type=person's median: dev/ppm 0.74x the peer's MSE, 3.7 s on a Pi 4.
+    assert!(
+        table.lines().any(|l| l.trim_start().starts_with("median")
+            && l.contains("x peer 0.74 0.79")
+            && l.ends_with("<- serves")),
+        "{table}"
+    );
+    assert!(
+        table.contains("type=person serves median within 4 s (3.7 s)."),
         "{table}"
     );
     // A board it knows nothing of, and a budget that is no budget.
