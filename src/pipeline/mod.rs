@@ -259,7 +259,10 @@ impl Pipeline {
     fn taken_in(&self, subject: SubjectType) -> &[usize] {
         match subject {
             SubjectType::Auto => &self.blended,
-            SubjectType::Person => &self.in_median,
+            SubjectType::Person => match self.serving_person() {
+                PersonRung::Median => &self.in_median,
+                PersonRung::Alone => &[],
+            },
             SubjectType::General => &[],
         }
     }
