@@ -141,7 +141,7 @@ fn handle<'s>(
     *charge = Some(done.charge);
     *served = Some(format!("type={x_type} model={}", done.cut.model));
     // Content-Length rather than chunked: clients saving a file like to know its size.
-    let mut response = tiny_http::Response::from_data(body.0)
+    let mut response = respond::body(body.0)
         .with_chunked_threshold(usize::MAX)
         .with_header(header("Content-Type", body.1))
         .with_header(header("X-Credits-Charged", 1))
@@ -237,8 +237,7 @@ pub fn backdrop_image(
         })?;
         let media_type = crate::imaging::format_of(&bytes)
             .map_or("application/octet-stream", |format| format.to_mime_type());
-        Ok(tiny_http::Response::from_data(bytes)
-            .with_header(respond::header("Content-Type", media_type)))
+        Ok(respond::body(bytes).with_header(respond::header("Content-Type", media_type)))
     });
     Outcome::of(image.unwrap_or_else(|e| respond::error(&e)), account)
 }

@@ -6,12 +6,12 @@
 //! dashboard's own. The API is not gated here: its key is a header no other
 //! site's page can send without the appliance's leave (CORS).
 
-use super::respond::{header, Body};
+use super::respond::{body, header, Body};
 use super::session::{header_value, is_https};
 use crate::app::AppState;
 use crate::pages::{message_page, Nav};
 use std::net::IpAddr;
-use tiny_http::{Method, Request, Response};
+use tiny_http::{Method, Request};
 
 /// `Some(answer)` where the request may not reach the dashboard as it is.
 pub fn check(state: &AppState, method: &Method, request: &Request) -> Option<Body> {
@@ -44,7 +44,7 @@ pub fn check(state: &AppState, method: &Method, request: &Request) -> Option<Bod
         };
         let location = format!("https://{name}:{}{target}", tls.addr.port());
         return Some(
-            Response::from_data(Vec::new())
+            body(Vec::new())
                 .with_status_code(307)
                 .with_header(header("Location", location))
                 .with_header(header("Cache-Control", "no-store")),

@@ -1,6 +1,6 @@
 //! `GET /metrics`: Prometheus text format (version 0.0.4).
 
-use super::respond::{header, Body};
+use super::respond::{body, header, Body};
 use crate::app::AppState;
 use crate::stats::LATENCY_BUCKETS;
 use std::fmt::Write;
@@ -154,7 +154,7 @@ fn metric<'n>(out: &mut String, name: &'n str, kind: &str, help: &str) -> &'n st
 }
 
 pub fn response(state: &AppState, server: &tiny_http::Server) -> Body {
-    tiny_http::Response::from_data(render(state, server).into_bytes()).with_header(header(
+    body(render(state, server).into_bytes()).with_header(header(
         "Content-Type",
         "text/plain; version=0.0.4; charset=utf-8",
     ))

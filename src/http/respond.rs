@@ -1,10 +1,16 @@
 //! Building responses: JSON errors in the documented shape, and PNGs.
 
 use crate::error::ApiError;
-use std::io::Cursor;
+use std::io::Read;
 use tiny_http::{Header, Response};
 
-pub type Body = Response<Cursor<Vec<u8>>>;
+/// An answer: most are bytes in memory (`body`); a backup download is a file.
+pub type Body = Response<Box<dyn Read + Send>>;
+
+/// An answer of `bytes`, 200 unless changed.
+pub fn body(bytes: Vec<u8>) -> Body {
+    Response::from_data(bytes).boxed()
+}
 
 pub fn header(name: &str, value: impl ToString) -> Header {
     Header::from_bytes(name.as_bytes(), value.to_string().as_bytes())
@@ -12,7 +18,7 @@ pub fn header(name: &str, value: impl ToString) -> Header {
 }
 
 pub fn json(status: u16, value: &serde_json::Value) -> Body {
-    Response::from_data(value.to_string().into_bytes())
+    body(value.to_string().into_bytes())
         .with_status_code(status)
         .with_header(header("Content-Type", "application/json"))
 }

@@ -458,6 +458,94 @@ fn the_operator_downloads_from_the_dashboard_a_backup_that_restores() {
     assert_eq!(used(&fresh, "booth"), 0);
 }
 
+/// The highest resident set of process `pid` so far, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap();
+    line.trim().trim_end_matches("kB").trim().parse().unwrap()
+}
+
+#[test]
+fn a_dashboard_download_of_200_mb_of_backdrops_streams_from_a_file() {
+    let data = tempfile::tempdir().unwrap();
+    // Noise does not compress: a 1800x1800 PNG is 9.7 MB, copied to 21.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let noise = image::RgbImage::from_fn(1800, 1800, |_, _| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let [r, g, b, ..] = state.to_le_bytes();
+        image::Rgb([r, g, b])
+    });
+    let mut png = Vec::new();
+    noise
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    let backdrops = cutout::backdrops::Backdrops::in_data_dir(data.path());
+    backdrops.add("Noise", &png, None).unwrap();
+    let dir = data.path().join("backdrops");
+    for copy in 1..21 {
+        let to = dir.join(format!("noise-{copy}"));
+        std::fs::create_dir(&to).unwrap();
+        for file in std::fs::read_dir(dir.join("noise")).unwrap() {
+            let file = file.unwrap();
+            std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
+        }
+    }
+    let mut set_password = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["admin", "set-password"])
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    writeln!(set_password.stdin.take().unwrap(), "{PASSPHRASE}").unwrap();
+    assert!(set_password.wait().unwrap().success());
+
+    let server = Server::start(data.path(), "warn", &[]);
+    let operator = Browser::at(server.addr);
+    assert_eq!(operator.sign_in("admin", PASSPHRASE).status, 303);
+    let csrf = operator.csrf("/admin/backup");
+    let before = peak_rss_kib(server.child.id());
+    let reply = operator.post(
+        "/admin/backup",
+        &[
+            ("csrf", &csrf),
+            ("passphrase", PASSPHRASE),
+            ("passphrase_again", PASSPHRASE),
+        ],
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let grew_mib = (peak_rss_kib(server.child.id()) - before) >> 10;
+    assert!(reply.body.len() > 200_000_000, "{} bytes", reply.body.len());
+    assert!(reply.body.starts_with(b"cutout-backup\n"));
+    eprintln!(
+        "a {} MB download: the server's peak grew {grew_mib} MiB",
+        reply.body.len() / 1_000_000
+    );
+    assert!(grew_mib < 64, "the server's peak grew {grew_mib} MiB");
+    let leftovers: Vec<_> = std::fs::read_dir(data.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".download"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("backup");
+    std::fs::write(&file, &reply.body).unwrap();
+    let fresh = root.path().join("fresh");
+    let out = cutout(&fresh, &["restore", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("21 backdrop(s)"));
+}
+
 /// `[backup] dir`: while the stick is missing, the Status page says why no
 /// backup was made; once it is there, one every interval, the newest
 /// `keep` kept, the Status page naming the last, which restores whole.

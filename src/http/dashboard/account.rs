@@ -69,7 +69,7 @@ pub(super) fn user(
                         "original" => (&r.original, r.original_type),
                         _ => (&r.result, r.result_type),
                     };
-                    let mut response = Response::from_data(bytes.clone())
+                    let mut response = body(bytes.clone())
                         .with_header(header("Content-Type", content_type))
                         .with_header(header("Cache-Control", "no-store"));
                     if download {

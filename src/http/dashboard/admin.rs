@@ -17,7 +17,7 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
         ["backdrops"] if get => backdrops_page(cx, flash(request), None),
         ["backdrops"] if post => add_backdrop(cx, request),
         ["backdrops", id, "preview"] if get => match cx.state.backdrops().preview(id) {
-            Ok(jpeg) => Ok(Response::from_data(jpeg)
+            Ok(jpeg) => Ok(body(jpeg)
                 .with_header(header("Content-Type", "image/jpeg"))
                 .with_header(header("Cache-Control", "no-store"))),
             Err(BackdropError::Io(e)) => Err(Failure::Disk(e)),
@@ -84,11 +84,9 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
     }
 }
 
-/// A backup in one answer is held in memory whole (answers here are
-/// buffers): past this, the page says to use `cutout backup`.
-const MAX_DOWNLOAD_BYTES: u64 = 32 << 20;
-
-/// The backup as a download: written beside the data, read, removed.
+/// The backup as a download: written beside the data, opened, removed
+/// (the open file stays readable), and sent from the file as it is read,
+/// so its size costs no memory.
 fn download_backup(cx: &Ctx, fields: &Fields) -> Handled {
     let [passphrase, again] =
         ["passphrase", "passphrase_again"].map(|f| crate::backup::passphrase_in(fields.get(f)));
@@ -102,37 +100,31 @@ fn download_backup(cx: &Ctx, fields: &Fields) -> Handled {
     }
     let sources = &cx.state.backup_sources;
     let path = crate::backup::scratch_path(&sources.data_dir, "download", ".cutout-backup");
-    let taken = crate::backup::take(sources, passphrase, &path, cx.now);
-    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
-    let bytes = taken.and_then(|_| {
-        if size > MAX_DOWNLOAD_BYTES {
-            return Ok(None);
-        }
-        Ok(Some(std::fs::read(&path)?))
-    });
+    let taken = crate::backup::take(sources, passphrase, &path, cx.now)
+        .and_then(|_| Ok(std::fs::File::open(&path)?));
     let _ = std::fs::remove_file(&path);
-    let Some(bytes) = bytes.map_err(|e| Failure::Disk(std::io::Error::other(format!("{e:#}"))))?
-    else {
-        let why = format!(
-            "The backup is {} MB, over the {} MB this page sends: run `sudo cutout backup FILE` on the appliance.",
-            size >> 20,
-            MAX_DOWNLOAD_BYTES >> 20
-        );
-        return refused(413, &why);
-    };
+    let file = taken.map_err(|e| Failure::Disk(std::io::Error::other(format!("{e:#}"))))?;
+    let size = file.metadata().map_err(Failure::Disk)?.len();
     log::warn!("operator downloaded a backup");
     let name = format!(
         "cutout-{}-{}.cutout-backup",
         crate::discovery::hostname(),
         crate::domain::utc_date(cx.now)
     );
-    Ok(Response::from_data(bytes)
-        .with_header(header("Content-Type", "application/octet-stream"))
-        .with_header(header(
-            "Content-Disposition",
-            format!("attachment; filename=\"{name}\""),
-        ))
-        .with_header(header("Cache-Control", "no-store")))
+    let file: Box<dyn std::io::Read + Send> = Box::new(file);
+    Ok(tiny_http::Response::new(
+        200.into(),
+        Vec::new(),
+        file,
+        usize::try_from(size).ok(),
+        None,
+    )
+    .with_header(header("Content-Type", "application/octet-stream"))
+    .with_header(header(
+        "Content-Disposition",
+        format!("attachment; filename=\"{name}\""),
+    ))
+    .with_header(header("Cache-Control", "no-store")))
 }
 
 fn backdrops_page(cx: &Ctx, flash: Option<&str>, error: Option<(u16, &str)>) -> Handled {

@@ -10,7 +10,7 @@ mod try_it;
 
 use super::api::{admit_and_read_form, parse_channels, parse_finish, parse_size, parse_subject};
 use super::form::Form;
-use super::respond::{header, Body};
+use super::respond::{body, header, Body};
 use super::session::{self, form_token, form_token_matches, header_value, Auth};
 use crate::app::throttle::{
     device_cookie, device_nonce, Attempt, DEVICE_COOKIE, DEVICE_COOKIE_SECONDS,
@@ -33,7 +33,7 @@ use sign_in::*;
 use std::collections::HashMap;
 use std::io::Read;
 use std::time::Instant;
-use tiny_http::{Method, Request, Response};
+use tiny_http::{Method, Request};
 use try_it::*;
 
 /// URL-encoded forms are small; anything bigger is not one of ours.
@@ -78,7 +78,7 @@ pub fn route(state: &AppState, method: &Method, path: &str, request: &mut Reques
     };
     if let Some((content_type, text)) = asset {
         return Some(
-            Response::from_data(text.as_bytes().to_vec())
+            body(text.as_bytes().to_vec())
                 .with_header(header("Content-Type", content_type))
                 .with_header(header("Cache-Control", "public, max-age=300")),
         );
@@ -165,14 +165,14 @@ fn nav_for<'a>(auth: Option<&'a Auth>, account: Option<&'a str>) -> Nav<'a> {
 // ---- responses ----
 
 pub fn html(status: u16, markup: Markup) -> Body {
-    Response::from_data(markup.into_string().into_bytes())
+    body(markup.into_string().into_bytes())
         .with_status_code(status)
         .with_header(header("Content-Type", "text/html; charset=utf-8"))
         .with_header(header("Cache-Control", "no-store"))
 }
 
 fn redirect(location: &str) -> Body {
-    Response::from_data(Vec::new())
+    body(Vec::new())
         .with_status_code(303)
         .with_header(header("Location", location))
         .with_header(header("Cache-Control", "no-store"))
@@ -313,5 +313,5 @@ fn docs(state: &AppState, request: &Request, auth: Option<&Auth>) -> Handled {
 pub fn openapi_json() -> Body {
     let body =
         serde_json::to_vec_pretty(&openapi::document(env!("CARGO_PKG_VERSION"))).expect("JSON");
-    Response::from_data(body).with_header(header("Content-Type", "application/json"))
+    super::respond::body(body).with_header(header("Content-Type", "application/json"))
 }
