@@ -533,6 +533,13 @@ fn give_to_the_data_dirs_owner(data_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The bytes free to the service on the file system of `dir`, where it can
+/// be examined.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    let fs = rustix::fs::statvfs(dir).ok()?;
+    Some(fs.f_bavail.saturating_mul(fs.f_frsize))
+}
+
 /// The kinds of scratch files and directories in the data directory.
 const SCRATCH_KINDS: [&str; 4] = ["backup", "restore", "upload", "download"];
 

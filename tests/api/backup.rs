@@ -468,10 +468,9 @@ fn peak_rss_kib(pid: u32) -> u64 {
     line.trim().trim_end_matches("kB").trim().parse().unwrap()
 }
 
-#[test]
-fn a_dashboard_download_of_200_mb_of_backdrops_streams_from_a_file() {
-    let data = tempfile::tempdir().unwrap();
-    // Noise does not compress: a 1800x1800 PNG is 9.7 MB, copied to 21.
+/// `count` backdrops of noise in `data`, 9.7 MB each (noise does not
+/// compress: a 1800x1800 PNG), one made and copied.
+fn noise_backdrops(data: &Path, count: usize) {
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     let noise = image::RgbImage::from_fn(1800, 1800, |_, _| {
         state ^= state << 13;
@@ -484,10 +483,10 @@ fn a_dashboard_download_of_200_mb_of_backdrops_streams_from_a_file() {
     noise
         .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
         .unwrap();
-    let backdrops = cutout::backdrops::Backdrops::in_data_dir(data.path());
+    let backdrops = cutout::backdrops::Backdrops::in_data_dir(data);
     backdrops.add("Noise", &png, None).unwrap();
-    let dir = data.path().join("backdrops");
-    for copy in 1..21 {
+    let dir = data.join("backdrops");
+    for copy in 1..count {
         let to = dir.join(format!("noise-{copy}"));
         std::fs::create_dir(&to).unwrap();
         for file in std::fs::read_dir(dir.join("noise")).unwrap() {
@@ -495,6 +494,12 @@ fn a_dashboard_download_of_200_mb_of_backdrops_streams_from_a_file() {
             std::fs::copy(file.path(), to.join(file.file_name())).unwrap();
         }
     }
+}
+
+#[test]
+fn a_dashboard_download_of_200_mb_of_backdrops_streams_from_a_file() {
+    let data = tempfile::tempdir().unwrap();
+    noise_backdrops(data.path(), 21);
     let mut set_password = Command::new(env!("CARGO_BIN_EXE_cutout"))
         .arg("--data-dir")
         .arg(data.path())
@@ -627,6 +632,53 @@ fn scheduled_backups_keep_the_newest_and_the_status_page_names_the_last() {
     setup
         .server
         .log_once_it_says("restored the backup uploaded on the setup page");
+}
+
+#[test]
+fn the_setup_page_refuses_a_backup_the_card_has_no_room_for_and_keeps_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let old = root.path().join("old");
+    std::fs::create_dir_all(&old).unwrap();
+    cli_account(&old, "booth", "pro");
+    noise_backdrops(&old, 3);
+    let file = root.path().join("old.backup");
+    let out = cutout(&old, &["backup", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let backup = std::fs::read(&file).unwrap();
+    // A card with 100 MB free: the 29 MB backup needs 2x29 + 67.
+    let card = root.path().join("card");
+    std::fs::create_dir_all(&card).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=100m", "tmpfs"])
+        .arg(&card)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mounting a tmpfs needs root");
+    struct Unmount<'p>(&'p Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&card);
+    let new = card.join("data");
+    let setup = SetupPage::open(&new);
+    let refused = setup.restore(&backup, PASSPHRASE);
+    assert_eq!(refused.status, 507, "{}", refused.text());
+    assert!(
+        refused
+            .text()
+            .contains("restoring this 29 MB backup needs about 12"),
+        "{}",
+        refused.text()
+    );
+    let left: Vec<_> = std::fs::read_dir(&new)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    drop(setup);
 }
 
 /// A new card's setup page, opened with the setup link its log prints.

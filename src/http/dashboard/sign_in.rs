@@ -290,6 +290,22 @@ const MAX_BACKUP_BYTES: u64 = 2 * MAX_BACKDROPS as u64 * MAX_IMAGE_BYTES + (64 <
 /// the program starts again, at once: the running service holds the
 /// database open.
 pub(super) fn setup_restore(state: &AppState, request: &mut Request, now: i64) -> Handled {
+    // The upload and the backup unpacked beside it are on disk at once.
+    let size = request.body_length().unwrap_or(0) as u64;
+    let needed = 2 * size + (64 << 20);
+    match crate::backup::free_bytes(&state.data_dir) {
+        Some(free) if free < needed => {
+            let why = format!(
+                "The appliance has {} MB free in its data directory; restoring this {} MB backup needs about {} MB (the upload and the backup unpacked beside it). Free some space, or run `sudo cutout restore FILE` on the appliance with the backup on a USB stick.",
+                free / 1_000_000,
+                size / 1_000_000,
+                needed / 1_000_000
+            );
+            let page = view::message_page("Not enough free space", &Nav::Anonymous, &why);
+            return Ok(html(507, page));
+        }
+        _ => {}
+    }
     let upload = crate::backup::scratch_path(&state.data_dir, "upload", "");
     let content_type = header_value(request, "Content-Type")
         .unwrap_or_default()
