@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const PASSPHRASE: &str = "correct horse battery staple";
+pub(crate) const PASSPHRASE: &str = "correct horse battery staple";
 
 /// The passphrase file as an operator writes one: the passphrase, a note
 /// after it, and CRLF, as a file written on Windows has.
@@ -19,7 +19,7 @@ fn passphrase_file_text() -> String {
 /// `cutout` on `data` with the configuration file `data/cutout.toml` (made
 /// empty if missing), the
 /// passphrase in a file, and more environment.
-fn cutout(data: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+pub(crate) fn cutout(data: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
     std::fs::create_dir_all(data).unwrap();
     if !data.join("cutout.toml").exists() {
         std::fs::write(data.join("cutout.toml"), "").unwrap();
@@ -40,7 +40,7 @@ fn cutout(data: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
         .unwrap()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -470,7 +470,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 
 /// `count` backdrops of noise in `data`, 9.7 MB each (noise does not
 /// compress: a 1800x1800 PNG), one made and copied.
-fn noise_backdrops(data: &Path, count: usize) {
+pub(crate) fn noise_backdrops(data: &Path, count: usize) {
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     let noise = image::RgbImage::from_fn(1800, 1800, |_, _| {
         state ^= state << 13;
@@ -634,55 +634,8 @@ fn scheduled_backups_keep_the_newest_and_the_status_page_names_the_last() {
         .log_once_it_says("restored the backup uploaded on the setup page");
 }
 
-#[test]
-fn the_setup_page_refuses_a_backup_the_card_has_no_room_for_and_keeps_nothing() {
-    let root = tempfile::tempdir().unwrap();
-    let old = root.path().join("old");
-    std::fs::create_dir_all(&old).unwrap();
-    cli_account(&old, "booth", "pro");
-    noise_backdrops(&old, 3);
-    let file = root.path().join("old.backup");
-    let out = cutout(&old, &["backup", file.to_str().unwrap()], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let backup = std::fs::read(&file).unwrap();
-    // A card with 100 MB free: the 29 MB backup needs 2x29 + 67.
-    let card = root.path().join("card");
-    std::fs::create_dir_all(&card).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=100m", "tmpfs"])
-        .arg(&card)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mounting a tmpfs needs root");
-    struct Unmount<'p>(&'p Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(&card);
-    let new = card.join("data");
-    let setup = SetupPage::open(&new);
-    let refused = setup.restore(&backup, PASSPHRASE);
-    assert_eq!(refused.status, 507, "{}", refused.text());
-    assert!(
-        refused
-            .text()
-            .contains("restoring this 29 MB backup needs about 12"),
-        "{}",
-        refused.text()
-    );
-    let left: Vec<_> = std::fs::read_dir(&new)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.'))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
-    drop(setup);
-}
-
 /// A new card's setup page, opened with the setup link its log prints.
-struct SetupPage {
+pub(crate) struct SetupPage {
     server: Server,
     browser: Browser,
     token: String,
@@ -690,7 +643,7 @@ struct SetupPage {
 }
 
 impl SetupPage {
-    fn open(data: &Path) -> SetupPage {
+    pub(crate) fn open(data: &Path) -> SetupPage {
         std::fs::create_dir_all(data).unwrap();
         let config = data.join("cutout.toml");
         std::fs::write(&config, "").unwrap();
@@ -723,7 +676,7 @@ impl SetupPage {
         self.browser.post_multipart("/setup/restore", &form)
     }
 
-    fn restore(&self, file: &[u8], passphrase: &str) -> Reply {
+    pub(crate) fn restore(&self, file: &[u8], passphrase: &str) -> Reply {
         self.restore_with(&self.token, file, passphrase)
     }
 }

@@ -1,9 +1,11 @@
 //! The data directory fills up or turns read-only under a running server:
 //! calls get 503 and cost nothing, the log says why once, and service comes
 //! back by itself. The directory is a small ext4 file system on a loop
-//! device, mounted with `errors=remount-ro` as a Pi's root is, so this test
-//! needs root (as CI, and `make test-deb` before it, already have).
+//! device, mounted with `errors=remount-ro` as a Pi's root is, so these
+//! tests need root (as CI, and `make test-deb` before it, already have). A
+//! card too small for a backup refuses it on the setup page.
 
+use crate::backup::{cutout, noise_backdrops, stderr, SetupPage, PASSPHRASE};
 use crate::helpers::*;
 use cutout::store::Store;
 use std::path::{Path, PathBuf};
@@ -185,4 +187,37 @@ fn a_full_or_read_only_data_directory_answers_503_logs_once_and_recovers() {
         served,
         "refused calls cost nothing"
     );
+}
+
+#[test]
+fn the_setup_page_refuses_a_backup_the_card_has_no_room_for_and_keeps_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let old = root.path().join("old");
+    std::fs::create_dir_all(&old).unwrap();
+    cli_account(&old, "booth", "pro");
+    noise_backdrops(&old, 3);
+    let file = root.path().join("old.backup");
+    let out = cutout(&old, &["backup", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let backup = std::fs::read(&file).unwrap();
+    // A card with under 100 MB free: the 29 MB backup needs 2x29 + 67.
+    let card = Ext4::new(100);
+    let new = card.path().join("data");
+    let setup = SetupPage::open(&new);
+    let refused = setup.restore(&backup, PASSPHRASE);
+    assert_eq!(refused.status, 507, "{}", refused.text());
+    assert!(
+        refused
+            .text()
+            .contains("restoring this 29 MB backup needs about 12"),
+        "{}",
+        refused.text()
+    );
+    let left: Vec<_> = std::fs::read_dir(&new)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    drop(setup);
 }
