@@ -442,20 +442,30 @@ fn the_operator_downloads_from_the_dashboard_a_backup_that_restores() {
         "{disposition}"
     );
     assert!(reply.body.starts_with(b"cutout-backup\n"));
-    let leftovers: Vec<_> = std::fs::read_dir(app.data_dir())
+    let (_root, fresh, _) = restored_from_download(app.data_dir(), &reply.body);
+    assert_eq!(used(&fresh, "booth"), 0);
+}
+
+/// A downloaded `backup`, with nothing of it left in `data`, restored into
+/// a fresh data directory: the directory and what `cutout restore` said.
+fn restored_from_download(data: &Path, backup: &[u8]) -> (tempfile::TempDir, PathBuf, String) {
+    let leftovers: Vec<_> = std::fs::read_dir(data)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-
     let root = tempfile::tempdir().unwrap();
     let file = root.path().join("from-the-dashboard.cutout-backup");
-    std::fs::write(&file, &reply.body).unwrap();
+    std::fs::write(&file, backup).unwrap();
     let fresh = root.path().join("fresh");
     let out = cutout(&fresh, &["restore", file.to_str().unwrap()], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(used(&fresh, "booth"), 0);
+    (
+        root,
+        fresh,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 /// The highest resident set of process `pid` so far, in KiB.
@@ -535,20 +545,8 @@ fn a_dashboard_download_of_200_mb_of_backdrops_streams_from_a_file() {
         reply.body.len() / 1_000_000
     );
     assert!(grew_mib < 64, "the server's peak grew {grew_mib} MiB");
-    let leftovers: Vec<_> = std::fs::read_dir(data.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".download"))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
-
-    let root = tempfile::tempdir().unwrap();
-    let file = root.path().join("backup");
-    std::fs::write(&file, &reply.body).unwrap();
-    let fresh = root.path().join("fresh");
-    let out = cutout(&fresh, &["restore", file.to_str().unwrap()], &[]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("21 backdrop(s)"));
+    let (_root, _, said) = restored_from_download(data.path(), &reply.body);
+    assert!(said.contains("21 backdrop(s)"), "{said}");
 }
 
 /// `[backup] dir`: while the stick is missing, the Status page says why no
