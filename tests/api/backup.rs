@@ -468,6 +468,22 @@ fn restored_from_download(data: &Path, backup: &[u8]) -> (tempfile::TempDir, Pat
     )
 }
 
+/// `cutout admin set-password` on `data`, the password typed.
+fn set_operator_password(data: &Path, password: &str) {
+    let mut set_password = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(["admin", "set-password"])
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    writeln!(set_password.stdin.take().unwrap(), "{password}").unwrap();
+    assert!(set_password.wait().unwrap().success());
+}
+
 /// The highest resident set of process `pid` so far, in KiB.
 fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -510,18 +526,7 @@ pub(crate) fn noise_backdrops(data: &Path, count: usize) {
 fn a_dashboard_download_of_200_mb_of_backdrops_streams_from_a_file() {
     let data = tempfile::tempdir().unwrap();
     noise_backdrops(data.path(), 21);
-    let mut set_password = Command::new(env!("CARGO_BIN_EXE_cutout"))
-        .arg("--data-dir")
-        .arg(data.path())
-        .args(["admin", "set-password"])
-        .env("RUST_LOG", "error")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    writeln!(set_password.stdin.take().unwrap(), "{PASSPHRASE}").unwrap();
-    assert!(set_password.wait().unwrap().success());
+    set_operator_password(data.path(), PASSPHRASE);
 
     let server = Server::start(data.path(), "warn", &[]);
     let operator = Browser::at(server.addr);
@@ -690,18 +695,7 @@ fn the_setup_page_restores_the_old_appliance_and_starts_again_with_it() {
     const OLD_PASSWORD: &str = "the old operator password";
     let root = tempfile::tempdir().unwrap();
     let (old, key, _) = used_appliance(root.path());
-    let mut set_password = Command::new(env!("CARGO_BIN_EXE_cutout"))
-        .arg("--data-dir")
-        .arg(&old)
-        .args(["admin", "set-password"])
-        .env("RUST_LOG", "error")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    writeln!(set_password.stdin.take().unwrap(), "{OLD_PASSWORD}").unwrap();
-    assert!(set_password.wait().unwrap().success());
+    set_operator_password(&old, OLD_PASSWORD);
     let file = root.path().join("old.backup");
     let out = cutout(&old, &["backup", file.to_str().unwrap()], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
