@@ -354,6 +354,11 @@ impl Cli {
     pub fn serves(&self) -> bool {
         matches!(self.command, Command::Serve { .. })
     }
+
+    /// Whether the command writes files of the caller's, not the appliance's.
+    pub fn writes_the_callers_files(&self) -> bool {
+        matches!(self.command, Command::Remove { .. })
+    }
 }
 
 /// Runs the command `cli` names.

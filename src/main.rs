@@ -50,7 +50,8 @@ fn end_quietly_when_the_reader_goes() {
 /// What the appliance writes holds secrets (the database and its journal,
 /// the TLS key, a backup's plain copies on their way, uploads): created
 /// readable by its owner alone, whatever umask it was started with, never
-/// widened or narrowed afterwards.
+/// widened or narrowed afterwards. `cutout remove` writes the caller's
+/// cut-outs, as the caller's umask says.
 fn create_files_private() {
     // SAFETY: umask only sets the process's file-creation mask.
     unsafe {
@@ -60,7 +61,6 @@ fn create_files_private() {
 
 fn main() {
     map_large_buffers_apart();
-    create_files_private();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
@@ -82,6 +82,9 @@ fn main() {
     };
     if !cli.serves() {
         end_quietly_when_the_reader_goes();
+    }
+    if !cli.writes_the_callers_files() {
+        create_files_private();
     }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     if let Err(e) = run(cli) {

@@ -129,6 +129,11 @@ fn remove_cuts_out_a_file_offline_on_either_engine() {
             (png.width(), png.height(), png.color()),
             (200, 150, image::ColorType::Rgba8)
         );
+        // The caller's file, by the caller's umask (022 here): not private
+        // as the appliance's own files are.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&output).unwrap().permissions().mode();
+        assert_eq!(mode & 0o044, 0o044, "{mode:o}");
     }
 }
 
