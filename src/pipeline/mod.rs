@@ -219,11 +219,8 @@ impl Pipeline {
     /// U2NetP, where one MODNet run holds up to 160).
     fn person_working(&self) -> u64 {
         let person = &self.models[self.person];
-        let others = match self.serving_person() {
-            PersonRung::Median => &self.in_median[..],
-            PersonRung::Alone => &[],
-        };
-        let others = others.iter().map(|&i| self.working(&self.models[i]));
+        let others = self.served_in_median().iter();
+        let others = others.map(|&i| self.working(&self.models[i]));
         others.fold(self.working(person), u64::max)
     }
 
@@ -259,11 +256,16 @@ impl Pipeline {
     fn taken_in(&self, subject: SubjectType) -> &[usize] {
         match subject {
             SubjectType::Auto => &self.blended,
-            SubjectType::Person => match self.serving_person() {
-                PersonRung::Median => &self.in_median,
-                PersonRung::Alone => &[],
-            },
+            SubjectType::Person => self.served_in_median(),
             SubjectType::General => &[],
+        }
+    }
+
+    /// `person`'s median's other models, where the median serves.
+    fn served_in_median(&self) -> &[usize] {
+        match self.serving_person() {
+            PersonRung::Median => &self.in_median,
+            PersonRung::Alone => &[],
         }
     }
 
