@@ -44,9 +44,11 @@ pub fn remove_bg<'s>(state: &'s AppState, request: &mut Request, routes: Routes)
     let mut held = None;
     let mut charge = None;
     let mut served = None;
-    let outcome = (&mut account, &mut held, &mut charge, &mut served);
-    let response = match handle(state, request, outcome) {
-        Ok(response) => response,
+    let response = match handle(state, request, &mut account, &mut held, &mut charge) {
+        Ok((response, by)) => {
+            served = Some(by);
+            response
+        }
         Err(e) => {
             match &e {
                 ApiError::Internal(cause) => log::error!("remove-bg failed: {cause:#}"),
@@ -67,18 +69,14 @@ pub fn remove_bg<'s>(state: &'s AppState, request: &mut Request, routes: Routes)
     }
 }
 
-type Parts<'a, 's> = (
-    &'a mut Option<String>,
-    &'a mut Option<Held<'s>>,
-    &'a mut Option<Charge>,
-    &'a mut Option<String>,
-);
-
+/// The answer, and what served it (`Outcome::served`).
 fn handle<'s>(
     state: &'s AppState,
     request: &mut Request,
-    (account_name, held, charge, served): Parts<'_, 's>,
-) -> Result<Body, ApiError> {
+    account_name: &mut Option<String>,
+    held: &mut Option<Held<'s>>,
+    charge: &mut Option<Charge>,
+) -> Result<(Body, String), ApiError> {
     if state.is_stopping() {
         return Err(ApiError::Unavailable("shutting down".into()));
     }
@@ -139,7 +137,7 @@ fn handle<'s>(
     answer.shrink_to(body.0.len() as u64);
     *held = Some(answer);
     *charge = Some(done.charge);
-    *served = Some(format!("type={x_type} model={}", done.cut.model));
+    let served = format!("type={x_type} model={}", done.cut.model);
     // Content-Length rather than chunked: clients saving a file like to know its size.
     let mut response = respond::body(body.0)
         .with_chunked_threshold(usize::MAX)
@@ -164,7 +162,7 @@ fn handle<'s>(
         ));
         response.add_header(header("X-RateLimit-Reset", done.month.next().start_unix()));
     }
-    Ok(response)
+    Ok((response, served))
 }
 
 /// Any other path under remove.bg's `/v1.0/`: the key is checked first, as
