@@ -104,27 +104,21 @@ fn download_backup(cx: &Ctx, fields: &Fields) -> Handled {
         .and_then(|_| Ok(std::fs::File::open(&path)?));
     let _ = std::fs::remove_file(&path);
     let file = taken.map_err(|e| Failure::Disk(std::io::Error::other(format!("{e:#}"))))?;
-    let size = file.metadata().map_err(Failure::Disk)?.len();
     log::warn!("operator downloaded a backup");
     let name = format!(
         "cutout-{}-{}.cutout-backup",
         crate::discovery::hostname(),
         crate::domain::utc_date(cx.now)
     );
-    let file: Box<dyn std::io::Read + Send> = Box::new(file);
-    Ok(tiny_http::Response::new(
-        200.into(),
-        Vec::new(),
-        file,
-        usize::try_from(size).ok(),
-        None,
-    )
-    .with_header(header("Content-Type", "application/octet-stream"))
-    .with_header(header(
-        "Content-Disposition",
-        format!("attachment; filename=\"{name}\""),
-    ))
-    .with_header(header("Cache-Control", "no-store")))
+    // Its length from the open file's metadata, so clients see the size.
+    Ok(tiny_http::Response::from_file(file)
+        .boxed()
+        .with_header(header("Content-Type", "application/octet-stream"))
+        .with_header(header(
+            "Content-Disposition",
+            format!("attachment; filename=\"{name}\""),
+        ))
+        .with_header(header("Cache-Control", "no-store")))
 }
 
 fn backdrops_page(cx: &Ctx, flash: Option<&str>, error: Option<(u16, &str)>) -> Handled {
