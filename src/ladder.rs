@@ -9,7 +9,7 @@
 use crate::board::{known_board, LadderReport, Measurement, RungRow};
 use crate::config::Settings;
 use crate::domain::{SizeMode, SubjectType};
-use crate::engine::{EngineChoice, EngineKind, Manifest};
+use crate::engine::{EngineChoice, EngineKind, Manifest, Peer};
 use crate::pipeline::{Loader, PersonRung, Pipeline, Rung};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
@@ -264,11 +264,10 @@ pub fn best_person_rung(
             )
         });
     let fit = match choice.fit {
-        Fit::Fits => format!("the budget is {budget_seconds} s"),
         Fit::NoneFits => {
             format!("nothing fits the budget of {budget_seconds} s, so the fastest serves")
         }
-        Fit::Unknown => format!("the budget is {budget_seconds} s"),
+        Fit::Fits | Fit::Unknown => format!("the budget is {budget_seconds} s"),
     };
     let line = format!(
         "type=person serves {} ({}): {seconds}; {fit}",
@@ -485,9 +484,8 @@ pub fn view(
             .to_owned(),
     };
     let peers = &Manifest::builtin().peers;
-    // Peers run f32 on ONNX Runtime.
-    let fits = |gmacs: f64| known.is_none_or(|k| gmacs / k.gmacs_f32 <= budget_seconds);
-    let mut within: Vec<_> = peers.peers.iter().filter(|p| fits(p.gmacs_12mp)).collect();
+    let fits = |p: &&Peer| peer_fits(board, budget_seconds, p.gmacs_12mp);
+    let mut within: Vec<_> = peers.peers.iter().filter(fits).collect();
     if within.is_empty() {
         within = peers.peers.iter().collect();
     }
@@ -537,6 +535,31 @@ pub fn view(
     }
 }
 
+/// Whether a peer whose 12 MP photo costs `gmacs` (f32, on ONNX Runtime)
+/// fits `budget_seconds` on `board` at its published rate; every peer where
+/// the rate is unknown.
+fn peer_fits(board: &str, budget_seconds: f64, gmacs: f64) -> bool {
+    known_board(board).is_none_or(|k| gmacs / k.gmacs_f32 <= budget_seconds)
+}
+
+/// A rung's seconds as the table shows them: `~` where estimated.
+fn seconds_cell(seconds: Option<f64>, measured: bool) -> String {
+    match (seconds, measured) {
+        (Some(s), true) => format!("{s:.1} s"),
+        (Some(s), false) => format!("~{s:.1} s"),
+        (None, _) => "?".to_owned(),
+    }
+}
+
+/// The mark at the end of the row of the rung that serves.
+fn serves_mark(rung: &str, serves: &str) -> &'static str {
+    if rung == serves {
+        "  <- serves"
+    } else {
+        ""
+    }
+}
+
 fn person_view(
     pipeline: &Pipeline,
     engine: EngineKind,
@@ -545,12 +568,10 @@ fn person_view(
 ) -> PersonLadderView {
     let seconds = person_seconds(pipeline, engine, board);
     let choice = choose(&seconds, budget_seconds);
-    let known = known_board(board);
-    let fits = |gmacs: f64| known.is_none_or(|k| gmacs / k.gmacs_f32 <= budget_seconds);
     let peers = &Manifest::builtin().peers.peers;
     let peer = peers
         .iter()
-        .filter(|p| fits(p.gmacs_12mp))
+        .filter(|p| peer_fits(board, budget_seconds, p.gmacs_12mp))
         .filter_map(|p| Some((p, p.ppm.as_ref()?)))
         .min_by(|a, b| a.1[0].total_cmp(&b.1[0]));
     let round = |value: f64, places: i32| (value * 10f64.powi(places)).round() / 10f64.powi(places);
@@ -601,11 +622,7 @@ impl LadderView {
             self.peers_within_budget.join(", ")
         )];
         for rung in &self.rungs {
-            let seconds = match (rung.seconds, rung.measured) {
-                (Some(s), true) => format!("{s:.1} s"),
-                (Some(s), false) => format!("~{s:.1} s"),
-                (None, _) => "?".to_owned(),
-            };
+            let seconds = seconds_cell(rung.seconds, rung.measured);
             let figures = |values: &Option<Vec<f64>>, digits: usize| match values {
                 Some(values) => values
                     .iter()
@@ -614,11 +631,7 @@ impl LadderView {
                     .join(" "),
                 None => "not measured".to_owned(),
             };
-            let serves = if rung.name == self.serves {
-                "  <- serves"
-            } else {
-                ""
-            };
+            let serves = serves_mark(&rung.name, &self.serves);
             lines.push(format!(
                 "  {:<9} {:>6.1} {:>6.1} {:>8}   MAE {}   x peer {}{serves}",
                 rung.name,
@@ -665,14 +678,8 @@ impl PersonLadderView {
                 Some([mse, mad]) => format!("x peer {mse:.2} {mad:.2}"),
                 _ => String::new(),
             };
-            let seconds = rung
-                .seconds
-                .map_or("?".to_owned(), |s| format!("~{s:.1} s"));
-            let serves = if rung.name == self.serves {
-                "  <- serves"
-            } else {
-                ""
-            };
+            let seconds = seconds_cell(rung.seconds, false);
+            let serves = serves_mark(&rung.name, &self.serves);
             lines.push(format!(
                 "  {:<9} {:>6.1} {:>6.1} {:>8}   {ppm}   {vs_peer}   {}{serves}",
                 rung.name, rung.gmacs_12mp, rung.gmacs_frame, seconds, rung.runs,
