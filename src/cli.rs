@@ -451,8 +451,8 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Key(KeyCommand::List { account }) => {
             println!(
-                "{:<14} {:<20} {:<12} {:<12} STATUS",
-                "PREFIX", "LABEL", "CREATED", "LAST USED"
+                "{:<14} {:<20} {:<12} {:<12} {:<13} STATUS",
+                "PREFIX", "LABEL", "CREATED", "LAST USED", "LAST IN CLEAR"
             );
             for k in store()?.keys(&account)? {
                 let status = if k.revoked_at.is_some() {
@@ -461,8 +461,9 @@ pub fn run(cli: Cli) -> Result<()> {
                     "active"
                 };
                 let last = k.last_used_at.map_or("never".into(), utc_date);
+                let clear = k.last_in_clear_at.map_or("never".into(), utc_date);
                 println!(
-                    "{:<14} {:<20} {:<12} {last:<12} {status}",
+                    "{:<14} {:<20} {:<12} {last:<12} {clear:<13} {status}",
                     k.prefix,
                     k.label,
                     utc_date(k.created_at)

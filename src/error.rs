@@ -17,6 +17,10 @@ pub enum ApiError {
     PlanNotAllowed,
     #[error("the account is suspended")]
     AccountSuspended,
+    /// The key came over plain HTTP, which the operator has switched off
+    /// for the API; HTTPS is on `https_port`.
+    #[error("API key over plain HTTP")]
+    PlainHttpOff { https_port: u16 },
     #[error("monthly quota used up")]
     QuotaExceeded { limit: u32 },
     #[error("too many concurrent requests")]
@@ -129,6 +133,7 @@ impl ApiError {
             InvalidApiKey => ("invalid_api_key", "Invalid API key"),
             PlanNotAllowed => ("plan_not_allowed", "Plan has no API access"),
             AccountSuspended => ("account_suspended", "Account suspended"),
+            PlainHttpOff { .. } => ("plain_http_off", "Plain HTTP off"),
             QuotaExceeded { .. } => ("quota_exceeded", "Monthly quota exceeded"),
             TooManyConcurrentRequests { .. } => (
                 "too_many_concurrent_requests",
@@ -187,6 +192,10 @@ impl ApiError {
             MissingApiKey => "Send your API key in the X-Api-Key header.".into(),
             InvalidApiKey => "The API key is not valid.".into(),
             PlanNotAllowed => "The account's plan does not include API access.".into(),
+            PlainHttpOff { https_port } => format!(
+                "This appliance takes API keys over HTTPS alone (port {https_port}). The key was \
+                 sent across the network in clear: use HTTPS, and ask the operator for a new key."
+            ),
             AccountSuspended => {
                 "The account is suspended; ask the appliance's operator to re-enable it.".into()
             }

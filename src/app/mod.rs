@@ -389,6 +389,14 @@ impl AppState {
     }
 
     /// What the appliance is doing, as the status LED shows it.
+    /// Plain HTTP's port where it listens beside HTTPS: where the
+    /// operator's switch for the API over plain HTTP applies.
+    pub fn plain_http_beside_https(&self) -> Option<u16> {
+        let tls = self.tls.as_ref()?;
+        let plain: std::net::SocketAddr = self.listen.parse().ok()?;
+        (plain != tls.addr).then_some(plain.port())
+    }
+
     pub fn led_state(&self) -> led::State {
         let now = self.clock.now_unix();
         if self.button

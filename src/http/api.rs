@@ -179,15 +179,35 @@ pub fn remove_bg_unknown(state: &AppState, request: &Request) -> Outcome<'static
     Outcome::of(respond::error_on(&e, Routes::RemoveBg), account)
 }
 
-/// The account behind the request's `X-Api-Key`.
+/// The account behind the request's `X-Api-Key`. A key that came over
+/// plain HTTP is noted as seen in clear, and refused where HTTPS is on and
+/// the operator has switched plain HTTP off for the API.
 fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError> {
     let key = header_value(request, "X-Api-Key").ok_or(ApiError::MissingApiKey)?;
     let key = ApiKey::parse(key.trim()).ok_or(ApiError::InvalidApiKey)?;
-    state
+    let database = |e: crate::store::StoreError| ApiError::Unavailable(format!("database: {e}"));
+    let caller = state
         .store
         .authenticate(&key)
-        .map_err(|e| ApiError::Unavailable(format!("database: {e}")))?
-        .ok_or(ApiError::InvalidApiKey)
+        .map_err(database)?
+        .ok_or(ApiError::InvalidApiKey)?;
+    if request.secure() {
+        return Ok(caller);
+    }
+    if let Some(key_id) = caller.key_id {
+        let now = state.clock.now_unix();
+        if let Err(e) = state.store.key_came_in_clear(key_id, now) {
+            log::warn!("noting that key {key_id} came in clear: {e}");
+        }
+    }
+    match &state.tls {
+        Some(tls) if !state.store.plain_http_api().map_err(database)? => {
+            Err(ApiError::PlainHttpOff {
+                https_port: tls.addr.port(),
+            })
+        }
+        _ => Ok(caller),
+    }
 }
 
 /// `GET /v1.0/account`: the key's account, its plan and this month's use,

@@ -359,6 +359,9 @@ pub struct StatusView {
     pub cpu_celsius: Option<f64>,
     /// HTTPS's port and certificate fingerprint, when HTTPS is on.
     pub https: Option<(u16, String)>,
+    /// Plain HTTP's port where it listens beside HTTPS, and whether the
+    /// API takes keys there (the operator's switch).
+    pub plain_http_api: Option<(u16, bool)>,
     /// The board found at start and the defaults it gave.
     pub board: Option<String>,
     /// Why the engine is not the configured one, when it is not.
@@ -371,7 +374,7 @@ pub struct StatusView {
     pub backups: Option<(Schedule, Last)>,
 }
 
-pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
+pub fn status_page(csrf: &str, s: &StatusView, flash: Option<&str>) -> Markup {
     let body = html! {
         dl.facts {
             dt { "Model" } dd { (s.model) " · " (s.model_state) }
@@ -409,6 +412,23 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
                         code.fingerprint { (fingerprint) }
                     }
                     None => "off (set [tls] listen in cutout.toml)",
+                }
+            }
+            @if let Some((port, on)) = s.plain_http_api {
+                dt { "API over plain HTTP" }
+                dd {
+                    form.inline method="post" action="/admin/status/plain-http" {
+                        (csrf_field(csrf))
+                        @if on {
+                            "on, port " (port) ": keys sent there cross the LAN in clear (the keys pages show when each last did) "
+                            input type="hidden" name="api" value="off";
+                            button.danger type="submit" { "Switch off" }
+                        } @else {
+                            "off: keys sent to port " (port) " are refused with 403 " code { "plain_http_off" } " "
+                            input type="hidden" name="api" value="on";
+                            button type="submit" { "Switch on" }
+                        }
+                    }
                 }
             }
             @if !s.ladder.is_empty() {
@@ -454,7 +474,7 @@ pub fn status_page(csrf: &str, s: &StatusView) -> Markup {
             }
         }
     };
-    page("Status", &Nav::Admin { csrf }, None, body)
+    page("Status", &Nav::Admin { csrf }, flash, body)
 }
 
 /// "120 MiB reserved of 768 MiB (server.memory_budget_mib)", or that no

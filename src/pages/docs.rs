@@ -76,6 +76,7 @@ pub const REMOVE_BG_ERRORS: &[Documented] = &[
     Documented { status: 402, code: "quota_exceeded", title: "Monthly quota exceeded", when: "The month's images are used up (Pro: 500 per UTC calendar month)." },
     Documented { status: 403, code: "plan_not_allowed", title: "Plan has no API access", when: "The account's plan has no API access." },
     Documented { status: 403, code: "account_suspended", title: "Account suspended", when: "The operator has suspended the account." },
+    Documented { status: 403, code: "plain_http_off", title: "Plain HTTP off", when: "The key came over plain HTTP and the operator has switched plain HTTP off for the API (Status page): send it over HTTPS. It crossed the network in clear, so replace it." },
     Documented { status: 408, code: "request_timeout", title: "Request timeout", when: "The body did not arrive in time: 10 seconds from its first byte read, a second more for every 16 KiB that came, at most 120 seconds; or it stopped for 30 seconds." },
     Documented { status: 413, code: "file_too_large", title: "File too large", when: "image_file is over 10 MiB (10485760 bytes), or the whole body over 13.4 MiB (a 10 MiB image in base64 and the rest of the form; a bg_image_file counts in it)." },
     Documented { status: 415, code: "unsupported_image_format", title: "Unsupported image format", when: "image_file is not a JPEG, PNG or WEBP." },

@@ -274,7 +274,7 @@ fn key_table(
     html! {
         div.scroll {
             table.stack {
-                thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { (last_heading) } } }
+                thead { tr { th { "Prefix" } th { "Label" } th { "Created" } th { "Last used" } th { "Last in clear" } th { (last_heading) } } }
                 tbody {
                     @for key in keys {
                         tr.revoked[key.revoked_at.is_some()] {
@@ -282,6 +282,7 @@ fn key_table(
                             td data-label="Label" { (key.label) }
                             td data-label="Created" { (utc_date(key.created_at)) }
                             td data-label="Last used" { (date_or(key.last_used_at, "never")) }
+                            td data-label="Last in clear" { (date_or(key.last_in_clear_at, "never")) }
                             td { (last(key)) }
                         }
                     }

@@ -1,5 +1,5 @@
 //! `cutout store copy`: one appliance's SQLite accounts, keys, monthly
-//! counts and operator password into a shared PostgreSQL store, in one
+//! counts, operator password and plain-HTTP switch into a shared PostgreSQL store, in one
 //! transaction. Running it again changes nothing: what the shared store
 //! already has is kept (an account or key by its name or hash), and a count
 //! becomes the larger of the two, so no charge is lost and none is doubled.
@@ -25,6 +25,7 @@ type KeyRow = (
     i64,
     Option<i64>,
     Option<i64>,
+    Option<i64>,
 );
 
 /// Copies `sqlite_dir`'s `cutout.db` into the PostgreSQL store at `url`.
@@ -34,18 +35,19 @@ pub fn sqlite_to_postgres(
     password_file: Option<&Path>,
 ) -> Result<Copied> {
     let from = SqliteStore::open(sqlite_dir)?;
-    let (accounts, keys, counts, admin) = from.read_all(|conn| {
+    let (accounts, keys, counts, admin, plain_http_api) = from.read_all(|conn| {
         let accounts: Vec<Row> = conn
             .prepare("SELECT name, plan, created_at, suspended_at, password_hash FROM accounts")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
             .collect::<rusqlite::Result<_>>()?;
         let keys: Vec<KeyRow> = conn
             .prepare(
-                "SELECT a.name, k.prefix, k.hash, k.label, k.created_at, k.last_used_at, k.revoked_at
-                 FROM api_keys k JOIN accounts a ON a.id = k.account_id",
+                "SELECT a.name, k.prefix, k.hash, k.label, k.created_at, k.last_used_at, k.last_in_clear_at,
+                 k.revoked_at FROM api_keys k JOIN accounts a ON a.id = k.account_id",
             )?
             .query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+                let row = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?);
+                Ok((row.0, row.1, row.2, row.3, row.4, row.5, r.get(6)?, r.get(7)?))
             })?
             .collect::<rusqlite::Result<_>>()?;
         let counts: Vec<(String, String, i64)> = conn
@@ -57,7 +59,12 @@ pub fn sqlite_to_postgres(
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .next()
             .transpose()?;
-        Ok((accounts, keys, counts, admin))
+        let plain_http_api: Option<(bool, i64)> = conn
+            .prepare("SELECT api_on, updated_at FROM plain_http_api")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .next()
+            .transpose()?;
+        Ok((accounts, keys, counts, admin, plain_http_api))
     })?;
 
     let to = PostgresStore::open(url, password_file)?;
@@ -71,12 +78,24 @@ pub fn sqlite_to_postgres(
             &[name, plan, created_at, suspended_at, password_hash],
         )?;
     }
-    for (account, prefix, hash, label, created_at, last_used_at, revoked_at) in &keys {
+    for (account, prefix, hash, label, created_at, last_used_at, last_in_clear_at, revoked_at) in
+        &keys
+    {
         copied.keys += tx.execute(
-            "INSERT INTO api_keys (account_id, prefix, hash, label, created_at, last_used_at, revoked_at)
-             SELECT id, $2, $3, $4, $5, $6, $7 FROM accounts WHERE name = $1
+            "INSERT INTO api_keys (account_id, prefix, hash, label, created_at, last_used_at,
+                last_in_clear_at, revoked_at)
+             SELECT id, $2, $3, $4, $5, $6, $7, $8 FROM accounts WHERE name = $1
              ON CONFLICT (hash) DO NOTHING",
-            &[account, prefix, hash, label, created_at, last_used_at, revoked_at],
+            &[
+                account,
+                prefix,
+                hash,
+                label,
+                created_at,
+                last_used_at,
+                last_in_clear_at,
+                revoked_at,
+            ],
         )?;
     }
     for (account, month, count) in &counts {
@@ -93,6 +112,12 @@ pub fn sqlite_to_postgres(
             "INSERT INTO admin (id, password_hash, updated_at) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
             &[hash, updated_at],
         )? == 1;
+    }
+    if let Some((on, updated_at)) = &plain_http_api {
+        tx.execute(
+            "INSERT INTO plain_http_api (id, api_on, updated_at) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+            &[on, updated_at],
+        )?;
     }
     tx.commit()?;
     Ok(copied)

@@ -66,6 +66,8 @@ pub struct KeyRecord {
     pub label: String,
     pub created_at: i64,
     pub last_used_at: Option<i64>,
+    /// When it last came over plain HTTP: sent across the LAN in clear.
+    pub last_in_clear_at: Option<i64>,
     pub revoked_at: Option<i64>,
 }
 
@@ -170,6 +172,13 @@ pub trait Store: Send + Sync {
     fn revoke_key_of(&self, account_id: i64, prefix: &str, now: i64) -> Result<()>;
     /// The account behind an active key, or `None` for an unknown or revoked one.
     fn authenticate(&self, key: &ApiKey) -> Result<Option<Caller>>;
+    /// Notes that the key came over plain HTTP at `now` (the keys pages
+    /// show it, so that the operator finds the device that sends it so).
+    fn key_came_in_clear(&self, key_id: i64, now: i64) -> Result<()>;
+    /// Whether API keys are taken over plain HTTP where HTTPS is on (the
+    /// operator's switch on the Status page; on until switched off).
+    fn plain_http_api(&self) -> Result<bool>;
+    fn set_plain_http_api(&self, on: bool, now: i64) -> Result<()>;
     fn usage(&self, account_id: i64, month: Month) -> Result<u32>;
     fn set_usage(&self, account: &str, month: Month, count: u32) -> Result<()>;
     fn is_empty(&self) -> Result<bool>;

@@ -147,6 +147,18 @@ fn provoke(app: &TestApp, pro: &str, code: &str) -> Reply {
                 .unwrap();
             app.post_image(Some(&key), &photo, None)
         }
+        "plain_http_off" => {
+            let app = spawn_app_with(EngineSource::Ready(u2netp()), |s| {
+                s.tls = Some(cutout::config::TlsSettings {
+                    listen: "127.0.0.1:0".into(),
+                    certificate: None,
+                    plain_http: true,
+                })
+            });
+            let key = app.account("in-clear", "pro");
+            app.store.set_plain_http_api(false, MID_MARCH).unwrap();
+            app.post_image(Some(&key), &photo, None)
+        }
         "request_timeout" => {
             let app = spawn_app_with(EngineSource::Ready(u2netp()), |s| {
                 s.socket_timeout = std::time::Duration::from_secs(1)

@@ -220,6 +220,22 @@ on_both_stores! {
         assert_eq!(store.device_key().unwrap(), device_key);
     }
 
+    fn keys_seen_in_clear_and_the_plain_http_switch(store: Arc<dyn Store>) {
+        let key = account(store.as_ref(), "acme", "pro");
+        let other = store.create_key("acme", "kiosk", NOW).unwrap();
+        let who = caller(store.as_ref(), &key);
+        store.key_came_in_clear(who.key_id.unwrap(), NOW + 5).unwrap();
+        let seen: Vec<_> = store.keys("acme").unwrap().into_iter().map(|k| (k.prefix, k.last_in_clear_at)).collect();
+        let prefix = ApiKey::parse(&key).unwrap().prefix().to_owned();
+        assert_eq!(seen, [(prefix, Some(NOW + 5)), (other.prefix().to_owned(), None)]);
+
+        assert!(store.plain_http_api().unwrap(), "on until switched off");
+        store.set_plain_http_api(false, NOW).unwrap();
+        assert!(!store.plain_http_api().unwrap());
+        store.set_plain_http_api(true, NOW + 1).unwrap();
+        assert!(store.plain_http_api().unwrap());
+    }
+
     fn it_says_what_it_is_and_that_it_takes_writes(store: Arc<dyn Store>) {
         store.check_writable().unwrap();
         store.probe_write(NOW).unwrap();
@@ -284,6 +300,9 @@ fn store_copy_moves_a_board_into_the_shared_store_and_again_changes_nothing() {
     sqlite.revoke_key(revoked.expose(), NOW).unwrap();
     sqlite.set_usage("acme", march(), 42).unwrap();
     sqlite.set_admin_password("admin-hash", NOW).unwrap();
+    let in_clear = caller(&sqlite, &key).key_id.unwrap();
+    sqlite.key_came_in_clear(in_clear, NOW + 7).unwrap();
+    sqlite.set_plain_http_api(false, NOW).unwrap();
     drop(sqlite);
 
     let url = shared_postgres().database_with_password();
@@ -310,6 +329,17 @@ fn store_copy_moves_a_board_into_the_shared_store_and_again_changes_nothing() {
     assert_eq!(
         shared.admin_password_hash().unwrap().as_deref(),
         Some("admin-hash")
+    );
+    let in_clear: Vec<_> = shared
+        .keys("acme")
+        .unwrap()
+        .iter()
+        .map(|k| k.last_in_clear_at)
+        .collect();
+    assert_eq!(in_clear, [Some(NOW + 7), None]);
+    assert!(
+        !shared.plain_http_api().unwrap(),
+        "the board's switch comes along"
     );
 
     // Calls on the shared store since the copy are kept when it runs again.

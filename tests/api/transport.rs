@@ -101,9 +101,38 @@ fn with_https_on_the_dashboard_is_only_served_there_and_its_cookies_are_secure()
     let reply = Browser::new(&app).post("/login", &[("name", "admin")]);
     assert_eq!(reply.status, 307);
 
-    let fingerprint = app.state.tls.as_ref().unwrap().fingerprint.clone();
-    let addr = https_addr(&app);
-    let form = send_pinned(addr, &fingerprint, &raw(addr, "GET", "/login", &[], b"")).unwrap();
+    let session = operator_session_over_https(&app);
+    assert!(session.contains("; Secure"), "{session}");
+    let cookie = session.split(';').next().unwrap();
+    let status = over_https(&app, "GET", "/admin/status", &[("Cookie", cookie)], b"");
+    assert_eq!(status.status, 200);
+    assert!(
+        status
+            .text()
+            .contains(&app.state.tls.as_ref().unwrap().fingerprint),
+        "the Status page shows the fingerprint"
+    );
+}
+
+/// `raw` sent to the HTTPS port, its certificate pinned.
+fn over_https(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
+    let (addr, fingerprint) = (
+        https_addr(app),
+        &app.state.tls.as_ref().unwrap().fingerprint,
+    );
+    send_pinned(addr, fingerprint, &raw(addr, method, path, headers, body)).unwrap()
+}
+
+/// Signs the operator in over HTTPS as a browser does; the session's
+/// `Set-Cookie`.
+fn operator_session_over_https(app: &TestApp) -> String {
+    let form = over_https(app, "GET", "/login", &[], b"");
     assert_eq!(form.status, 200);
     let form_cookie = form
         .header("set-cookie")
@@ -117,42 +146,116 @@ fn with_https_on_the_dashboard_is_only_served_there_and_its_cookies_are_secure()
         csrf_in(&form),
         ADMIN_PASSWORD.replace(' ', "+")
     );
-    let signed_in = send_pinned(
-        addr,
-        &fingerprint,
-        &raw(
-            addr,
-            "POST",
-            "/login",
-            &[
-                ("Cookie", &form_cookie),
-                ("Content-Type", "application/x-www-form-urlencoded"),
-                ("Origin", &format!("https://{addr}")),
-            ],
-            body.as_bytes(),
-        ),
-    )
-    .unwrap();
+    let signed_in = post_over_https(app, "/login", &form_cookie, &body);
     assert_eq!(signed_in.status, 303, "{}", signed_in.text());
-    let session = signed_in
+    signed_in
         .all_headers("set-cookie")
         .into_iter()
         .find(|c| c.starts_with("cutout_session="))
-        .expect("a session cookie");
-    assert!(session.contains("; Secure"), "{session}");
+        .expect("a session cookie")
+        .to_owned()
+}
 
+/// A form posted over HTTPS from the dashboard's own page.
+fn post_over_https(app: &TestApp, path: &str, cookie: &str, body: &str) -> Reply {
+    let origin = format!("https://{}", https_addr(app));
+    let headers = [
+        ("Cookie", cookie),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+        ("Origin", &origin),
+    ];
+    over_https(app, "POST", path, &headers, body.as_bytes())
+}
+
+#[test]
+fn the_operator_switches_the_api_over_plain_http_off_and_sees_which_keys_came_in_clear() {
+    let app = with_https(true);
+    app.set_admin_password();
+    let booth = app.account("booth", "pro");
+    let kiosk = app.account("kiosk", "pro");
+    let photo = jpeg(64, 48);
+    let mut form = Multipart::new();
+    form.file("image_file", &photo);
+    let content_type = form.content_type();
+    let upload_over_https = |key: &str| {
+        let headers = [("X-Api-Key", key), ("Content-Type", &content_type)];
+        over_https(&app, "POST", "/api/remove-bg", &headers, &form.body())
+    };
+    assert_eq!(app.post_image(Some(&booth), &photo, None).status, 200);
+    assert_eq!(upload_over_https(&kiosk).status, 200);
+
+    let session = operator_session_over_https(&app);
     let cookie = session.split(';').next().unwrap();
-    let status = send_pinned(
-        addr,
-        &fingerprint,
-        &raw(addr, "GET", "/admin/status", &[("Cookie", cookie)], b""),
-    )
-    .unwrap();
-    assert_eq!(status.status, 200);
-    assert!(
-        status.text().contains(&fingerprint),
-        "the Status page shows the fingerprint"
+    let in_clear = |account: &str| {
+        let page = over_https(
+            &app,
+            "GET",
+            &format!("/admin/accounts/{account}"),
+            &[("Cookie", cookie)],
+            b"",
+        );
+        let html = page.text();
+        let column = "data-label=\"Last in clear\">";
+        let cell = &html[html.find(column).expect("the column") + column.len()..];
+        cell[..cell.find('<').unwrap()].to_owned()
+    };
+    assert_eq!(in_clear("booth"), cutout::domain::utc_datetime(MID_MARCH));
+    assert_eq!(in_clear("kiosk"), "never");
+    let listed = cutout_cli(app.data_dir(), &["key", "list", "booth"]);
+    assert!(listed.contains("LAST IN CLEAR"), "{listed}");
+    assert_eq!(
+        listed.matches(&cutout::domain::utc_date(MID_MARCH)).count(),
+        3,
+        "{listed}"
     );
+
+    let switch = |to: &str| {
+        let status = over_https(&app, "GET", "/admin/status", &[("Cookie", cookie)], b"");
+        assert!(status.text().contains("API over plain HTTP"));
+        let body = format!("csrf={}&api={to}", csrf_in(&status));
+        let reply = post_over_https(&app, "/admin/status/plain-http", cookie, &body);
+        assert_eq!(reply.status, 303);
+        let location = reply.header("location").unwrap().to_owned();
+        over_https(&app, "GET", &location, &[("Cookie", cookie)], b"").text()
+    };
+    let page = switch("off");
+    assert!(page.contains("Plain HTTP is off for the API"), "{page}");
+    assert!(page.contains(&format!(
+        "keys sent to port {} are refused",
+        app.addr.port()
+    )));
+
+    // Refused on both routes, costing nothing; an unknown key is told so as before.
+    let refused = app.post_image(Some(&booth), &photo, None);
+    assert_eq!(
+        (refused.status, refused.error_code().as_str()),
+        (403, "plain_http_off")
+    );
+    assert!(refused
+        .text()
+        .contains(&format!("port {}", https_addr(&app).port())));
+    let headers = [("X-Api-Key".to_owned(), booth.clone())];
+    let account = app.request("GET", "/v1.0/account", &headers, b"");
+    assert_eq!(
+        (account.status, account.error_code().as_str()),
+        (403, "plain_http_off")
+    );
+    let unknown = app.post_image(Some(&format!("ck_{}", "0".repeat(40))), &photo, None);
+    assert_eq!(unknown.error_code(), "invalid_api_key");
+    assert_eq!(app.used("booth"), 1);
+    // Over HTTPS the same key works; the kiosk's refused call in clear shows.
+    assert_eq!(upload_over_https(&booth).status, 200);
+    assert_eq!(app.used("booth"), 2);
+    assert_eq!(app.post_image(Some(&kiosk), &photo, None).status, 403);
+    assert_eq!(in_clear("kiosk"), cutout::domain::utc_datetime(MID_MARCH));
+
+    let page = switch("on");
+    assert!(
+        page.contains("Plain HTTP is on for the API again"),
+        "{page}"
+    );
+    assert_eq!(app.post_image(Some(&booth), &photo, None).status, 200);
+    assert_eq!(app.used("booth"), 3);
 }
 
 #[test]

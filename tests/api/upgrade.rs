@@ -2,16 +2,18 @@
 //! as that version's migrations and writes left it): this version migrates it
 //! on start and nothing is lost: the booth's key cuts out and its March count
 //! goes on from 7, February's 480 stay, the revoked key stays revoked, and
-//! from schema 2 the operator's and the booth owner's passwords still sign in.
+//! from schema 2 the operator's and the booth owner's passwords still sign in,
+//! from schema 4 the key of device cookies stays.
 
 use crate::helpers::*;
 use cutout::domain::Month;
 use cutout::EngineSource;
 
-const FIXTURES: [(usize, &str); 3] = [
+const FIXTURES: [(usize, &str); 4] = [
     (1, include_str!("fixtures/schema-v1.sql")),
     (2, include_str!("fixtures/schema-v2.sql")),
     (3, include_str!("fixtures/schema-v3.sql")),
+    (4, include_str!("fixtures/schema-v4.sql")),
 ];
 const BOOTH_KEY: &str = "ck_3e0c97de72178faea1a5abcb6e59db56d3a61983";
 /// 2026-02-15T12:00:00Z
@@ -34,7 +36,7 @@ fn app_over(version: usize, sql: &str) -> TestApp {
 fn a_database_of_every_earlier_schema_is_migrated_with_nothing_lost() {
     assert_eq!(
         cutout::store::SqliteStore::schema_version(),
-        4,
+        5,
         "a new migration needs its fixture here"
     );
     for (version, sql) in FIXTURES {
@@ -92,5 +94,15 @@ fn a_database_of_every_earlier_schema_is_migrated_with_nothing_lost() {
         } else {
             assert_eq!(app.store.admin_password_hash().unwrap(), None);
         }
+        if version >= 4 {
+            assert!(
+                app.store.device_key().unwrap().starts_with("5f0c4b1e"),
+                "schema {version}"
+            );
+        }
+        // The call above came over plain HTTP: noted from schema 5 on.
+        let in_clear: Vec<_> = keys.iter().map(|k| k.last_in_clear_at.is_some()).collect();
+        assert_eq!(in_clear, [true, false], "schema {version}");
+        assert!(app.store.plain_http_api().unwrap(), "schema {version}");
     }
 }

@@ -10,7 +10,19 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
     let post = *method == Method::Post;
     match rest {
         [] | [""] if get => accounts_page(cx, &NewAccount::default(), flash(request), 200),
-        ["status"] if get => Ok(html(200, view::status_page(cx.csrf(), &status_view(cx)))),
+        ["status"] if get => status_page(cx, flash(request)),
+        ["status", "plain-http"] if post => {
+            let on = cx.fields(request)?.get("api") == "on";
+            cx.state.store.set_plain_http_api(on, cx.now)?;
+            log::info!(
+                "operator switched the API over plain HTTP {}",
+                if on { "on" } else { "off" }
+            );
+            Ok(redirect(&format!(
+                "/admin/status?done=plain-http-{}",
+                if on { "on" } else { "off" }
+            )))
+        }
         ["booths"] if get => booths_page(cx, flash(request), None),
         ["backup"] if get => Ok(html(200, view::admin_backup(cx.csrf(), None))),
         ["backup"] if post => download_backup(cx, &cx.fields(request)?),
@@ -299,14 +311,21 @@ pub(super) fn account_page(
     Ok(html(status, page))
 }
 
-pub(super) fn status_view(cx: &Ctx) -> StatusView {
+fn status_page(cx: &Ctx, flash: Option<&str>) -> Handled {
+    Ok(html(
+        200,
+        view::status_page(cx.csrf(), &status_view(cx)?, flash),
+    ))
+}
+
+pub(super) fn status_view(cx: &Ctx) -> Result<StatusView, Failure> {
     let (state, now) = (cx.state, cx.now);
     let model = state.pipeline.default_model();
     let inference = &model.inference;
     let today = state.stats.today(now);
     let (median_latency, latency_samples) = state.stats.median_latency();
     let queue = &state.pipeline.queue;
-    StatusView {
+    Ok(StatusView {
         model: model.spec.name.clone(),
         engine: inference.engine_name(),
         model_state: match inference.ready() {
@@ -334,6 +353,10 @@ pub(super) fn status_view(cx: &Ctx) -> StatusView {
             .tls
             .as_ref()
             .map(|t| (t.addr.port(), t.fingerprint.clone())),
+        plain_http_api: match state.plain_http_beside_https() {
+            Some(port) => Some((port, state.store.plain_http_api()?)),
+            None => None,
+        },
         board: state.board.clone(),
         engine_note: state.engine_note.clone(),
         bench: crate::board::Report::load(&state.data_dir),
@@ -346,7 +369,7 @@ pub(super) fn status_view(cx: &Ctx) -> StatusView {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone(),
-    }
+    })
 }
 
 pub(super) fn led_description(state: &AppState) -> String {

@@ -248,6 +248,12 @@ fn flash(request: &Request) -> Option<&'static str> {
         "paired" => "Booth paired. It collects its key at its next poll, within seconds.",
         "refused" => "Request refused. The booth gets nothing.",
         "backdrop-added" => "Backdrop added. Booths offer it from their next guest.",
+        "plain-http-off" => {
+            "Plain HTTP is off for the API. Keys sent there now get 403 plain_http_off."
+        }
+        "plain-http-on" => {
+            "Plain HTTP is on for the API again. Keys sent there cross the LAN in clear."
+        }
         "backdrop-deleted" => {
             "Backdrop deleted. A booth that names it now gets its photos cut out on no background."
         }

@@ -124,7 +124,8 @@ fn key_from_row(r: &Row) -> KeyRecord {
         label: r.get(1),
         created_at: r.get(2),
         last_used_at: r.get(3),
-        revoked_at: r.get(4),
+        last_in_clear_at: r.get(4),
+        revoked_at: r.get(5),
     }
 }
 
@@ -466,7 +467,8 @@ impl Store for PostgresStore {
 
     fn keys_of(&self, account_id: i64) -> Result<Vec<KeyRecord>> {
         let rows = self.client()?.query(
-            "SELECT prefix, label, created_at, last_used_at, revoked_at FROM api_keys WHERE account_id = $1 ORDER BY id",
+            "SELECT prefix, label, created_at, last_used_at, last_in_clear_at, revoked_at
+             FROM api_keys WHERE account_id = $1 ORDER BY id",
             &[&account_id],
         )?;
         Ok(rows.iter().map(key_from_row).collect())
@@ -525,6 +527,31 @@ impl Store for PostgresStore {
                 account: account_from_row(&r),
                 key_id: Some(r.get(NEXT)),
             }))
+    }
+
+    fn key_came_in_clear(&self, key_id: i64, now: i64) -> Result<()> {
+        self.client()?.execute(
+            "UPDATE api_keys SET last_in_clear_at = $2 WHERE id = $1",
+            &[&key_id, &now],
+        )?;
+        Ok(())
+    }
+
+    fn plain_http_api(&self) -> Result<bool> {
+        let on = self
+            .client()?
+            .query_opt("SELECT api_on FROM plain_http_api", &[])?
+            .map(|r| r.get(0));
+        Ok(on.unwrap_or(true))
+    }
+
+    fn set_plain_http_api(&self, on: bool, now: i64) -> Result<()> {
+        self.client()?.execute(
+            "INSERT INTO plain_http_api (id, api_on, updated_at) VALUES (1, $1, $2)
+             ON CONFLICT (id) DO UPDATE SET api_on = $1, updated_at = $2",
+            &[&on, &now],
+        )?;
+        Ok(())
     }
 
     fn usage(&self, account_id: i64, month: Month) -> Result<u32> {

@@ -73,6 +73,14 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX slots_by_account ON slots (account_id);
      CREATE INDEX slots_by_appliance ON slots (appliance);",
+    // 2: SQLite's 5, keys seen over plain HTTP and the operator's switch
+    // for it, which holds for every appliance on the store.
+    "ALTER TABLE api_keys ADD COLUMN last_in_clear_at BIGINT;
+     CREATE TABLE plain_http_api (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        api_on BOOLEAN NOT NULL,        -- no row: on
+        updated_at BIGINT NOT NULL
+     );",
 ];
 
 /// Applies the migrations the database lacks.

@@ -329,7 +329,8 @@ impl Store for SqliteStore {
     fn keys_of(&self, account_id: i64) -> Result<Vec<KeyRecord>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT prefix, label, created_at, last_used_at, revoked_at FROM api_keys WHERE account_id = ?1 ORDER BY id",
+            "SELECT prefix, label, created_at, last_used_at, last_in_clear_at, revoked_at
+             FROM api_keys WHERE account_id = ?1 ORDER BY id",
         )?;
         let rows = stmt.query_map([account_id], |r| {
             Ok(KeyRecord {
@@ -337,7 +338,8 @@ impl Store for SqliteStore {
                 label: r.get(1)?,
                 created_at: r.get(2)?,
                 last_used_at: r.get(3)?,
-                revoked_at: r.get(4)?,
+                last_in_clear_at: r.get(4)?,
+                revoked_at: r.get(5)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -391,6 +393,31 @@ impl Store for SqliteStore {
                 |r| Ok(Caller { account: account_from_row(r)?, key_id: Some(r.get(NEXT)?) }),
             )
             .optional()?)
+    }
+
+    fn key_came_in_clear(&self, key_id: i64, now: i64) -> Result<()> {
+        self.conn().execute(
+            "UPDATE api_keys SET last_in_clear_at = ?2 WHERE id = ?1",
+            params![key_id, now],
+        )?;
+        Ok(())
+    }
+
+    fn plain_http_api(&self) -> Result<bool> {
+        let on = self
+            .conn()
+            .query_row("SELECT api_on FROM plain_http_api", [], |r| r.get(0))
+            .optional()?;
+        Ok(on.unwrap_or(true))
+    }
+
+    fn set_plain_http_api(&self, on: bool, now: i64) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO plain_http_api (id, api_on, updated_at) VALUES (1, ?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET api_on = ?1, updated_at = ?2",
+            params![on, now],
+        )?;
+        Ok(())
     }
 
     fn usage(&self, account_id: i64, month: Month) -> Result<u32> {

@@ -61,6 +61,13 @@ const MIGRATIONS: &[&str] = &[
         id INTEGER PRIMARY KEY CHECK (id = 1),
         key TEXT NOT NULL               -- 256 random bits, hex; made on first use
      );",
+    // 5: keys seen over plain HTTP, and the operator's switch for it.
+    "ALTER TABLE api_keys ADD COLUMN last_in_clear_at INTEGER;
+     CREATE TABLE plain_http_api (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        api_on INTEGER NOT NULL,        -- no row: on
+        updated_at INTEGER NOT NULL
+     );",
 ];
 
 /// The schema `migrate` brings a database to.
