@@ -92,13 +92,19 @@ enum Command {
     /// Bring back what `backup` saved in FILE, so that booths paired before
     /// work unchanged. Stop the service first. Nothing changes if FILE is
     /// damaged, from a newer cutout or the passphrase is wrong.
+    /// Restore a backup: `restore FILE`. What it replaces is kept in
+    /// DATA_DIR/replaced-by-restore; `restore --undo` puts that back.
     Restore {
-        file: PathBuf,
+        #[arg(required_unless_present = "undo")]
+        file: Option<PathBuf>,
         #[arg(long)]
         passphrase_file: Option<PathBuf>,
         /// Replace the accounts this appliance already has.
         #[arg(long)]
         yes: bool,
+        /// Put back what the last restore replaced (and keep what it restored).
+        #[arg(long, conflicts_with = "file")]
+        undo: bool,
     },
     /// Cut out images offline, without a key: `remove IN OUT.png`, or
     /// `remove IN... DIR` (each to DIR/<name>.png, the model loaded once).
@@ -373,7 +379,7 @@ pub fn run(cli: Cli) -> Result<()> {
             );
         }
         if let Some(contents) = crate::backup::finish_pending(&sources)? {
-            log::warn!("restored the backup uploaded on the setup page: {contents}");
+            log::warn!("put a restored backup in place: {contents}");
             if contents.config {
                 settings = self::settings(&cli)?;
             }
@@ -560,17 +566,29 @@ pub fn run(cli: Cli) -> Result<()> {
             file,
             passphrase_file,
             yes,
+            undo,
         } => {
             if let Some(tls) = &settings.tls {
                 refuse_while_served(&tls.listen)?;
             }
             refuse_while_served(&settings.listen)?;
-            let passphrase = read_passphrase(passphrase_file.as_deref(), false)?;
             let sources = crate::backup::Sources::of(&settings);
-            let contents = crate::backup::restore(&sources, &passphrase, &file, yes)?;
+            // A restore cut off half way is finished before anything else.
+            if let Some(contents) = crate::backup::finish_pending(&sources)? {
+                println!("finished the restore that was cut off: {contents}");
+            }
+            let staged = match file {
+                Some(file) if !undo => {
+                    let passphrase = read_passphrase(passphrase_file.as_deref(), false)?;
+                    crate::backup::stage(&sources, &passphrase, &file, yes)?
+                }
+                _ => crate::backup::stage_undo(&sources)?,
+            };
+            staged.keep_for_next_start()?;
+            let contents = crate::backup::finish_pending(&sources)?.expect("a restore staged");
             println!(
-                "restored {}; start the service (systemctl start cutout)",
-                contents
+                "restored {contents}; what it replaced is in {}; start the service (systemctl start cutout)",
+                settings.data_dir.join(crate::backup::REPLACED).display()
             );
             Ok(())
         }

@@ -199,19 +199,6 @@ pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Resul
     Ok(contents)
 }
 
-/// Replaces `appliance`'s accounts, certificate, backdrops and configuration
-/// with the backup's. Refused, with nothing changed, for a wrong passphrase,
-/// a damaged or newer backup, or an appliance with accounts unless
-/// `replace`. The service must be stopped (`cutout restore` checks).
-pub fn restore(
-    appliance: &Sources,
-    passphrase: &str,
-    from: &Path,
-    replace: bool,
-) -> Result<Contents> {
-    stage(appliance, passphrase, from, replace)?.commit()
-}
-
 /// A backup unpacked beside the data and checked whole, not yet in place.
 pub struct Staged {
     appliance: Sources,
@@ -268,8 +255,10 @@ pub fn stage(appliance: &Sources, passphrase: &str, from: &Path, replace: bool) 
     })
 }
 
-/// Puts in place a backup the setup page restored (`Staged::keep_for_next_start`),
-/// before the service opens anything; `None` if there is none.
+/// Puts in place a backup the setup page restored or `cutout restore`
+/// staged (`Staged::keep_for_next_start`), before the service opens
+/// anything; `None` if there is none. A restore cut off half way (killed,
+/// a power cut) is finished here, at the next start.
 pub fn finish_pending(appliance: &Sources) -> Result<Option<Contents>> {
     let dir = appliance.data_dir.join(PENDING);
     if !dir.exists() {
@@ -286,57 +275,148 @@ pub fn finish_pending(appliance: &Sources) -> Result<Option<Contents>> {
     done.map(Some)
 }
 
+/// Where a restore keeps what it replaced, laid out as a backup unpacked:
+/// `cutout restore --undo` puts it back, the Status page deletes it.
+pub const REPLACED: &str = "replaced-by-restore";
+/// In `REPLACED`: when the restore that replaced it finished (Unix seconds).
+const RESTORED_AT: &str = "restored-at";
+/// In an undo's staging: the parts the appliance had none of before the
+/// restore, which the undo puts aside without putting anything back.
+const ABSENT: &str = "absent";
+
+/// What the last restore replaced, as the Status page shows it.
+pub struct Replaced {
+    pub dir: PathBuf,
+    pub restored_at: Option<i64>,
+    pub database: bool,
+    pub certificate: bool,
+    pub backdrops: usize,
+    pub config: bool,
+}
+
+/// What the last restore replaced, if it is still kept.
+pub fn replaced(data_dir: &Path) -> Option<Replaced> {
+    let dir = data_dir.join(REPLACED);
+    if !dir.is_dir() {
+        return None;
+    }
+    Some(Replaced {
+        restored_at: fs::read_to_string(dir.join(RESTORED_AT))
+            .ok()
+            .and_then(|t| t.trim().parse().ok()),
+        database: dir.join(DATABASE).exists(),
+        certificate: dir.join(CERTIFICATE).exists(),
+        backdrops: sorted_entries(&dir.join(BACKDROPS)).map_or(0, |e| e.len()),
+        config: dir.join(CONFIG).exists(),
+        dir,
+    })
+}
+
+/// Stages what the last restore replaced, to be put back as a restore is
+/// (what it replaces is kept in its turn). The service must be stopped.
+pub fn stage_undo(appliance: &Sources) -> Result<Staged> {
+    let replaced = appliance.data_dir.join(REPLACED);
+    if !replaced.is_dir() {
+        bail!(
+            "nothing to undo: no restore has replaced anything here ({} is absent)",
+            replaced.display()
+        );
+    }
+    let staging = Scratch(scratch_path(&appliance.data_dir, "restore", ""));
+    fs::rename(&replaced, &staging.0)?;
+    let _ = fs::remove_file(staging.0.join(RESTORED_AT));
+    // What the restore added where there was nothing goes too.
+    let absent: Vec<&str> = [DATABASE, CERTIFICATE, PRIVATE_KEY, BACKDROPS]
+        .into_iter()
+        .filter(|name| !staging.0.join(name).exists())
+        .collect();
+    write_whole(&staging.0.join(ABSENT), absent.join("\n").as_bytes())?;
+    Ok(Staged {
+        appliance: appliance.clone(),
+        dir: staging,
+    })
+}
+
 impl Staged {
     /// Leaves the checked backup for the next start of the service to put
-    /// in place (`finish_pending`).
+    /// in place (`finish_pending`). What an earlier restore replaced is
+    /// deleted first: only the last restore can be undone.
     pub fn keep_for_next_start(self) -> Result<()> {
         let pending = self.appliance.data_dir.join(PENDING);
         let _ = fs::remove_dir_all(&pending);
+        let _ = fs::remove_dir_all(self.appliance.data_dir.join(REPLACED));
         fs::rename(self.dir.keep(), &pending)?;
         Ok(())
     }
 
-    /// Puts each part in place, moving it out of the staging directory:
-    /// cut off half way (a power cut at start), the next start does the rest.
+    /// Puts each part in place, the part it replaces moved into `REPLACED`
+    /// first. Each step is a rename that is done or not, and is skipped
+    /// once done, so that a restore cut off between any two steps is
+    /// finished by running this again (`finish_pending`).
     pub fn commit(&self) -> Result<Contents> {
-        let (staging, appliance) = (&self.dir.0, &self.appliance);
+        self.commit_with(&mut |_| {})
+    }
+
+    /// `commit`, calling `after` with each step's name once it is done.
+    fn commit_with(&self, after: &mut dyn FnMut(&str)) -> Result<Contents> {
+        let (staging, data_dir) = (&self.dir.0, &self.appliance.data_dir);
+        let replaced = data_dir.join(REPLACED);
+        fs::create_dir_all(replaced.join("tls"))?;
         let mut contents = Contents::default();
-        let (staged_db, database) = (staging.join(DATABASE), appliance.data_dir.join(DATABASE));
-        if staged_db.exists() {
-            for suffix in ["-wal", "-shm"] {
-                let _ = fs::remove_file(format!("{}{suffix}", database.display()));
+        // The database last of its files: its rename is the step's end.
+        let database = ["-wal", "-shm", ""].map(|suffix| format!("{DATABASE}{suffix}"));
+        if staging.join(DATABASE).exists() {
+            for name in &database {
+                put_aside(&data_dir.join(name), &replaced.join(name))?;
+                after(&format!("{name} put aside"));
             }
-            fs::rename(&staged_db, &database)?;
+            for name in &database {
+                if staging.join(name).exists() {
+                    fs::rename(staging.join(name), data_dir.join(name))?;
+                    after(&format!("{name} restored"));
+                }
+            }
         }
-        contents.accounts = describe(&database)?.1;
-        let (cert, key) = (staging.join(CERTIFICATE), staging.join(PRIVATE_KEY));
-        if cert.exists() && key.exists() {
-            let (to_cert, to_key) = tls::made_paths(&appliance.data_dir);
-            let certificate = tls::Certificate {
-                chain_pem: fs::read(&cert)?,
-                key_pem: fs::read(&key)?,
-                fingerprint: String::new(),
-            };
-            tls::save(&to_cert, &to_key, &certificate)?;
-            fs::remove_file(&cert)?;
-            contents.certificate = true;
+        contents.accounts = describe(&data_dir.join(DATABASE))?.1;
+        contents.certificate = staging.join(CERTIFICATE).exists();
+        for name in [CERTIFICATE, PRIVATE_KEY] {
+            if staging.join(name).exists() {
+                fs::create_dir_all(data_dir.join("tls"))?;
+                put_aside(&data_dir.join(name), &replaced.join(name))?;
+                after(&format!("{name} put aside"));
+                fs::rename(staging.join(name), data_dir.join(name))?;
+                after(&format!("{name} restored"));
+            }
         }
-        let backdrops = appliance.data_dir.join(BACKDROPS);
         let staged_backdrops = staging.join(BACKDROPS);
         if staged_backdrops.exists() {
-            let _ = fs::remove_dir_all(&backdrops);
             contents.backdrops = sorted_entries(&staged_backdrops)?.len();
-            fs::rename(&staged_backdrops, &backdrops)?;
+            put_aside(&data_dir.join(BACKDROPS), &replaced.join(BACKDROPS))?;
+            after("backdrops put aside");
+            fs::rename(&staged_backdrops, data_dir.join(BACKDROPS))?;
+            after("backdrops restored");
+        }
+        let absent = fs::read_to_string(staging.join(ABSENT)).unwrap_or_default();
+        for name in absent.lines() {
+            put_aside(&data_dir.join(name), &replaced.join(name))?;
+            after(&format!("{name} put aside, as it was absent"));
         }
         let staged_config = staging.join(CONFIG);
         if staged_config.exists() {
             let config = fs::read(&staged_config)?;
-            match put_config(&appliance.config, &config) {
+            let kept = replaced.join(CONFIG);
+            if !kept.exists() {
+                if let Ok(current) = fs::read(&self.appliance.config) {
+                    write_whole(&kept, &current)?;
+                    after("configuration copied aside");
+                }
+            }
+            match put_config(&self.appliance.config, &config) {
                 Ok(()) => contents.config = true,
                 Err(e) => {
                     // The service may not write /etc (ProtectSystem=strict):
                     // `sudo cutout restore` can.
-                    let kept = appliance.data_dir.join("cutout.toml.from-backup");
+                    let kept = data_dir.join("cutout.toml.from-backup");
                     fs::write(&kept, &config)?;
                     log::warn!(
                         "the backup's configuration is not in place ({e:#}); it is in {}",
@@ -346,14 +426,41 @@ impl Staged {
                 }
             }
             fs::remove_file(&staged_config)?;
+            after("configuration restored");
         }
-        give_to_the_data_dirs_owner(&appliance.data_dir)?;
+        write_whole(
+            &replaced.join(RESTORED_AT),
+            crate::clock::Clock::default()
+                .now_unix()
+                .to_string()
+                .as_bytes(),
+        )?;
+        give_to_the_data_dirs_owner(data_dir)?;
         Ok(contents)
     }
 }
 
-/// `config` in place of the file at `path`, unless equal; the file it
-/// replaces kept beside it.
+/// Moves `current`, if there is one, to `aside`.
+fn put_aside(current: &Path, aside: &Path) -> Result<()> {
+    if current.exists() {
+        if aside.is_dir() {
+            fs::remove_dir_all(aside)?;
+        }
+        fs::rename(current, aside)
+            .with_context(|| format!("moving {} to {}", current.display(), aside.display()))?;
+    }
+    Ok(())
+}
+
+/// `bytes` at `path`, through a file renamed when whole.
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    let partial = format!("{}.partial", path.display());
+    fs::write(&partial, bytes).with_context(|| format!("writing {partial}"))?;
+    fs::rename(&partial, path)?;
+    Ok(())
+}
+
+/// `config` in place of the file at `path`, unless equal.
 fn put_config(path: &Path, config: &[u8]) -> Result<()> {
     if fs::read(path).ok().as_deref() == Some(config) {
         return Ok(());
@@ -361,13 +468,7 @@ fn put_config(path: &Path, config: &[u8]) -> Result<()> {
     if !path.parent().is_some_and(|d| d.is_dir()) {
         bail!("no directory for {}", path.display());
     }
-    if path.exists() {
-        fs::copy(path, format!("{}.before-restore", path.display()))?;
-    }
-    let partial = format!("{}.partial", path.display());
-    fs::write(&partial, config).with_context(|| format!("writing {partial}"))?;
-    fs::rename(&partial, path)?;
-    Ok(())
+    write_whole(path, config)
 }
 
 /// Decrypts and unpacks `from` into `staging`, to the end of the stream
@@ -512,7 +613,21 @@ fn give_to_the_data_dirs_owner(data_dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let owner = fs::metadata(data_dir)?;
     let mut paths = vec![data_dir.join(DATABASE)];
-    for dir in [data_dir.join("tls"), data_dir.join(BACKDROPS)] {
+    let replaced = data_dir.join(REPLACED);
+    if replaced.exists() {
+        paths.extend(
+            sorted_entries(&replaced)?
+                .into_iter()
+                .filter(|p| p.is_file()),
+        );
+        paths.push(replaced.clone());
+    }
+    for dir in [
+        data_dir.join("tls"),
+        data_dir.join(BACKDROPS),
+        replaced.join("tls"),
+        replaced.join(BACKDROPS),
+    ] {
         if !dir.exists() {
             continue;
         }
@@ -604,6 +719,169 @@ impl Drop for Scratch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Set in the child the test below starts: its data directory, and
+    /// the step after which it kills itself.
+    const CHILD_DIR: &str = "CUTOUT_TEST_RESTORE_DIR";
+    const CHILD_KILLED_AFTER: &str = "CUTOUT_TEST_RESTORE_KILLED_AFTER";
+
+    /// An appliance in `dir/data` whose every part is named `name`: one
+    /// account, certificate, backdrop and configuration file.
+    fn appliance(dir: &Path, name: &str) -> Sources {
+        let data_dir = dir.join("data");
+        fs::create_dir_all(data_dir.join("tls")).unwrap();
+        let store = crate::store::SqliteStore::open(&data_dir).unwrap();
+        use crate::store::Store;
+        let account = crate::domain::AccountName::parse(name).unwrap();
+        store.create_account(&account, "pro", 0).unwrap();
+        drop(store);
+        fs::write(data_dir.join(CERTIFICATE), name).unwrap();
+        fs::write(data_dir.join(PRIVATE_KEY), name).unwrap();
+        fs::create_dir_all(data_dir.join(BACKDROPS).join(name)).unwrap();
+        fs::write(
+            data_dir.join(BACKDROPS).join(name).join("background.png"),
+            name,
+        )
+        .unwrap();
+        fs::write(dir.join(CONFIG), name).unwrap();
+        Sources {
+            config: dir.join(CONFIG),
+            data_dir,
+            tls: None,
+        }
+    }
+
+    /// The appliance `old` in `dir`, with the appliance `new` staged over
+    /// it as `cutout restore` and the setup page leave it.
+    fn staged_over(dir: &Path) -> Staged {
+        let new = appliance(&dir.join("backup"), "new");
+        fs::write(new.data_dir.join(CONFIG), "new").unwrap();
+        let old = appliance(dir, "old");
+        let staged = Staged {
+            appliance: old,
+            dir: Scratch(new.data_dir),
+        };
+        staged.keep_for_next_start().unwrap();
+        Staged {
+            appliance: appliance_at(dir),
+            dir: Scratch(dir.join("data").join(PENDING)),
+        }
+    }
+
+    fn appliance_at(dir: &Path) -> Sources {
+        Sources {
+            data_dir: dir.join("data"),
+            config: dir.join(CONFIG),
+            tls: None,
+        }
+    }
+
+    /// The name each part of the appliance in `data_dir` (with its
+    /// configuration at `config`) has, or "-" for a part missing.
+    fn parts(data_dir: &Path, config: &Path) -> Vec<String> {
+        let account = crate::store::SqliteStore::open(data_dir)
+            .ok()
+            .and_then(|store| {
+                use crate::store::Store;
+                let month = crate::domain::Month::of_unix(0);
+                let names: Vec<_> = store
+                    .accounts(month)
+                    .ok()?
+                    .into_iter()
+                    .map(|(a, _)| a.name)
+                    .collect();
+                Some(names.join(","))
+            });
+        let read = |path: PathBuf| fs::read_to_string(path).unwrap_or_else(|_| "-".into());
+        let backdrops = sorted_entries(&data_dir.join(BACKDROPS)).unwrap_or_default();
+        vec![
+            account.unwrap_or_else(|| "-".into()),
+            read(data_dir.join(CERTIFICATE)),
+            read(data_dir.join(PRIVATE_KEY)),
+            backdrops
+                .iter()
+                .map(|b| b.file_name().unwrap().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(","),
+            read(config.to_owned()),
+        ]
+    }
+
+    #[test]
+    #[ignore = "a restore that the test below runs in a child process"]
+    fn child_restore() {
+        let dir = PathBuf::from(std::env::var_os(CHILD_DIR).expect("run by the test below"));
+        let killed_after = std::env::var(CHILD_KILLED_AFTER).unwrap();
+        let staged = Staged {
+            appliance: appliance_at(&dir),
+            dir: Scratch(dir.join("data").join(PENDING)),
+        };
+        staged
+            .commit_with(&mut |step| {
+                if step == killed_after {
+                    // SAFETY: kill on this process; it does not return.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        libc::kill(libc::getpid(), libc::SIGKILL);
+                    }
+                }
+            })
+            .unwrap();
+        panic!("not killed after {killed_after}");
+    }
+
+    #[test]
+    fn a_restore_killed_after_any_step_is_finished_at_the_next_start_and_what_it_replaced_is_kept()
+    {
+        use std::os::unix::process::ExitStatusExt;
+        let whole = |dir: &Path| {
+            let restored = parts(&dir.join("data"), &dir.join(CONFIG));
+            let replaced = dir.join("data").join(REPLACED);
+            let kept = parts(&replaced, &replaced.join(CONFIG));
+            (restored, kept)
+        };
+        let new_over_old = (
+            ["new", "new", "new", "new", "new"]
+                .map(String::from)
+                .to_vec(),
+            ["old", "old", "old", "old", "old"]
+                .map(String::from)
+                .to_vec(),
+        );
+        let mut steps = vec![];
+        let dir = tempfile::tempdir().unwrap();
+        staged_over(dir.path())
+            .commit_with(&mut |step| steps.push(step.to_owned()))
+            .unwrap();
+        assert_eq!(whole(dir.path()), new_over_old);
+        assert!(steps.len() >= 10, "{steps:?}");
+
+        for step in &steps {
+            let dir = tempfile::tempdir().unwrap();
+            staged_over(dir.path()).dir.keep();
+            let status = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "backup::tests::child_restore", "--ignored"])
+                .env(CHILD_DIR, dir.path())
+                .env(CHILD_KILLED_AFTER, step)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert_eq!(status.signal(), Some(libc::SIGKILL), "killed after {step}");
+            // The next start.
+            let finished = finish_pending(&appliance_at(dir.path())).unwrap();
+            assert!(finished.is_some(), "after {step}: the restore was pending");
+            assert_eq!(whole(dir.path()), new_over_old, "killed after {step}");
+            assert!(!dir.path().join("data").join(PENDING).exists());
+        }
+
+        // Undone: the old appliance back, the restored one kept in its turn.
+        let sources = appliance_at(dir.path());
+        stage_undo(&sources).unwrap().keep_for_next_start().unwrap();
+        finish_pending(&sources).unwrap();
+        let (restored, kept) = whole(dir.path());
+        assert_eq!((kept, restored), new_over_old);
+    }
 
     #[test]
     fn only_a_backups_own_names_are_unpacked() {

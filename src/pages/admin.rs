@@ -372,6 +372,8 @@ pub struct StatusView {
     pub ladder: Vec<String>,
     /// The backup schedule, and how its last backup went.
     pub backups: Option<(Schedule, Last)>,
+    /// What the last restore replaced, while it is kept.
+    pub replaced: Option<crate::backup::Replaced>,
 }
 
 pub fn status_page(csrf: &str, s: &StatusView, flash: Option<&str>) -> Markup {
@@ -451,6 +453,19 @@ pub fn status_page(csrf: &str, s: &StatusView, flash: Option<&str>) -> Markup {
                     None => { "not scheduled: set " code { "[backup] dir" } " in cutout.toml, or take one on the Backup page" }
                 }
             }
+            @if let Some(r) = &s.replaced {
+                dt { "Before the restore" }
+                dd {
+                    form.inline method="post" action="/admin/status/replaced" {
+                        (csrf_field(csrf))
+                        "the restore"
+                        @if let Some(at) = r.restored_at { " at " (utc_datetime(at)) }
+                        " replaced " (replaced_parts(r)) "; they are kept in " code { (r.dir.display()) }
+                        " (" code { "sudo cutout restore --undo" } ", service stopped, puts them back) "
+                        button.danger type="submit" { "Delete them" }
+                    }
+                }
+            }
             dt { "Benchmark" }
             dd {
                 @match &s.bench {
@@ -475,6 +490,25 @@ pub fn status_page(csrf: &str, s: &StatusView, flash: Option<&str>) -> Markup {
         }
     };
     page("Status", &Nav::Admin { csrf }, flash, body)
+}
+
+/// "the database, the HTTPS certificate and 3 backdrop(s)".
+fn replaced_parts(r: &crate::backup::Replaced) -> String {
+    let backdrops = format!("{} backdrop(s)", r.backdrops);
+    let parts: Vec<&str> = [
+        (r.database, "the database"),
+        (r.certificate, "the HTTPS certificate"),
+        (r.backdrops > 0, backdrops.as_str()),
+        (r.config, "the configuration file"),
+    ]
+    .into_iter()
+    .filter_map(|(present, name)| present.then_some(name))
+    .collect();
+    match parts.as_slice() {
+        [] => "nothing".into(),
+        [one] => (*one).into(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 /// "120 MiB reserved of 768 MiB (server.memory_budget_mib)", or that no

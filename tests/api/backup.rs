@@ -134,7 +134,7 @@ fn a_booth_paired_with_the_old_card_cuts_out_on_the_restored_one_charged_to_the_
     let reply = pinned_cut_out(https, &fingerprint, &key);
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.header("x-ratelimit-remaining"), Some("497"));
-    assert_private(&new, &["cutout.toml.before-restore", "notify"]);
+    assert_private(&new, &["notify"]);
     server.stop();
     assert_eq!(used(&new, "booth"), 3, "the month's count goes on");
 }
@@ -375,6 +375,45 @@ fn bad_backups_are_refused_with_what_was_wrong_and_the_appliance_unchanged() {
         accounts.contains("booth") && !accounts.contains("local"),
         "{accounts}"
     );
+    undone_then_deleted(&target);
+}
+
+/// The restore just made on `data` (with `local`, 7 images used, over an
+/// appliance with no certificate or backdrop) is undone from the command
+/// line, and what the undo replaced deleted on the Status page.
+fn undone_then_deleted(data: &Path) {
+    let out = cutout(data, &["restore", "--undo"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let accounts = cutout_cli(data, &["account", "list"]);
+    assert!(
+        accounts.contains("local") && !accounts.contains("booth"),
+        "{accounts}"
+    );
+    assert_eq!(used(data, "local"), 7);
+    assert!(!data.join("tls").join("certificate.pem").exists());
+    assert_eq!(std::fs::read(data.join("cutout.toml")).unwrap(), b"");
+
+    set_operator_password(data, PASSPHRASE);
+    let server = Server::start(data, "warn", &[]);
+    let operator = Browser::at(server.addr);
+    assert_eq!(operator.sign_in("admin", PASSPHRASE).status, 303);
+    let status = operator.get("/admin/status").text();
+    assert!(
+        status.contains(
+            "replaced the database, the HTTPS certificate, 1 backdrop(s) and the configuration file"
+        ),
+        "{status}"
+    );
+    let csrf = operator.csrf("/admin/status");
+    let deleted = operator.post("/admin/status/replaced", &[("csrf", &csrf)]);
+    assert_eq!(deleted.status, 303);
+    let status = operator.get("/admin/status?done=replaced-deleted").text();
+    assert!(status.contains("can no longer be undone"), "{status}");
+    assert!(!status.contains("Before the restore"));
+    assert!(!data.join("replaced-by-restore").exists());
+    server.stop();
+    let out = cutout(data, &["restore", "--undo"], &[]);
+    assert!(stderr(&out).contains("nothing to undo"), "{}", stderr(&out));
 }
 
 /// `backup` sealed again with its manifest changed by `edit`.
@@ -634,7 +673,7 @@ fn scheduled_backups_keep_the_newest_and_the_status_page_names_the_last() {
     assert_eq!(done.status, 200, "{}", done.text());
     setup
         .server
-        .log_once_it_says("restored the backup uploaded on the setup page");
+        .log_once_it_says("put a restored backup in place");
 }
 
 /// A new card's setup page, opened with the setup link its log prints.
@@ -754,7 +793,7 @@ fn the_setup_page_restores_the_old_appliance_and_starts_again_with_it() {
         "{}",
         done.text()
     );
-    let log = server.log_once_it_says("restored the backup uploaded on the setup page");
+    let log = server.log_once_it_says("put a restored backup in place");
     let listening = || {
         let log = std::fs::read_to_string(&server.log).unwrap();
         let lines: Vec<String> = log

@@ -11,6 +11,16 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
     match rest {
         [] | [""] if get => accounts_page(cx, &NewAccount::default(), flash(request), 200),
         ["status"] if get => status_page(cx, flash(request)),
+        ["status", "replaced"] if post => {
+            cx.fields(request)?;
+            let dir = cx.state.data_dir.join(crate::backup::REPLACED);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => log::info!("operator deleted {}", dir.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Failure::Disk(e)),
+            }
+            Ok(redirect("/admin/status?done=replaced-deleted"))
+        }
         ["status", "plain-http"] if post => {
             let on = cx.fields(request)?.get("api") == "on";
             cx.state.store.set_plain_http_api(on, cx.now)?;
@@ -360,6 +370,7 @@ pub(super) fn status_view(cx: &Ctx) -> Result<StatusView, Failure> {
         board: state.board.clone(),
         engine_note: state.engine_note.clone(),
         bench: crate::board::Report::load(&state.data_dir),
+        replaced: crate::backup::replaced(&state.data_dir),
         backups: state
             .backups
             .as_ref()

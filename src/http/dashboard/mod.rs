@@ -248,6 +248,9 @@ fn flash(request: &Request) -> Option<&'static str> {
         "paired" => "Booth paired. It collects its key at its next poll, within seconds.",
         "refused" => "Request refused. The booth gets nothing.",
         "backdrop-added" => "Backdrop added. Booths offer it from their next guest.",
+        "replaced-deleted" => {
+            "Deleted what the restore replaced. The restore can no longer be undone."
+        }
         "plain-http-off" => {
             "Plain HTTP is off for the API. Keys sent there now get 403 plain_http_off."
         }
