@@ -38,12 +38,20 @@ struct Manifest {
     /// The database's schema (SQLite's `user_version`).
     schema: usize,
     taken_at: i64,
+    /// Where the accounts are instead, on an appliance of a fleet: the
+    /// shared PostgreSQL store's `host:port/database`. The backup then
+    /// holds no database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    accounts_in: Option<String>,
 }
 
 /// What a backup holds, as `backup` and `restore` report it.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Contents {
     pub accounts: u64,
+    /// The shared store the accounts are in instead, and the command that
+    /// backs them up, on an appliance of a fleet.
+    pub accounts_in: Option<(String, String)>,
     pub certificate: bool,
     pub backdrops: usize,
     pub config: bool,
@@ -55,10 +63,16 @@ pub struct Contents {
 impl std::fmt::Display for Contents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let no = |present: bool| if present { "" } else { "no " };
+        match &self.accounts_in {
+            Some((location, dump)) => write!(
+                f,
+                "no accounts (they are in the shared PostgreSQL store {location}: back them up with `{dump}`), "
+            )?,
+            None => write!(f, "{} account(s), ", self.accounts)?,
+        }
         write!(
             f,
-            "{} account(s), {}HTTPS certificate, {} backdrop(s), {}configuration file",
-            self.accounts,
+            "{}HTTPS certificate, {} backdrop(s), {}configuration file",
             no(self.certificate),
             self.backdrops,
             no(self.config),
@@ -111,6 +125,9 @@ pub struct Sources {
     /// The configuration file in use (it may not exist).
     pub config: PathBuf,
     pub tls: Option<crate::config::TlsSettings>,
+    /// The shared PostgreSQL store's URL, where the accounts are kept
+    /// instead of the data directory's database.
+    pub shared_store: Option<String>,
 }
 
 impl Sources {
@@ -119,6 +136,7 @@ impl Sources {
             data_dir: settings.data_dir.clone(),
             config: settings.config_file.clone(),
             tls: settings.tls.clone(),
+            shared_store: settings.store.url.clone(),
         }
     }
 }
@@ -129,16 +147,26 @@ impl Sources {
 pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Result<Contents> {
     check_passphrase(passphrase)?;
     let database = appliance.data_dir.join(DATABASE);
-    if !database.exists() {
+    let accounts_in = appliance
+        .shared_store
+        .as_deref()
+        .map(crate::store::dump_command)
+        .transpose()?;
+    if accounts_in.is_none() && !database.exists() {
         bail!("no database at {}: nothing to back up", database.display());
     }
     let snapshot = Scratch(scratch_path(&appliance.data_dir, "backup", ".db"));
-    let conn = Connection::open(&database)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    conn.execute("VACUUM INTO ?1", [snapshot.0.to_string_lossy()])
-        .context("copying the database")?;
-    drop(conn);
-    let (schema, accounts) = describe(&snapshot.0)?;
+    let (schema, accounts) = match &accounts_in {
+        Some(_) => (0, 0),
+        None => {
+            let conn = Connection::open(&database)?;
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            conn.execute("VACUUM INTO ?1", [snapshot.0.to_string_lossy()])
+                .context("copying the database")?;
+            drop(conn);
+            describe(&snapshot.0)?
+        }
+    };
 
     let partial = PathBuf::from(format!("{}.partial", to.display()));
     let file =
@@ -146,15 +174,17 @@ pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Resul
     let written = Scratch(partial);
     let sealed = seal::Sealing::new(std::io::BufWriter::new(file), passphrase)?;
     let mut archive = tar::Builder::new(sealed);
-    let mut contents = Contents {
-        accounts,
-        ..Contents::default()
-    };
     let manifest = Manifest {
         format: FORMAT,
         version: env!("CARGO_PKG_VERSION").to_owned(),
         schema,
         taken_at: now,
+        accounts_in: accounts_in.as_ref().map(|(location, _)| location.clone()),
+    };
+    let mut contents = Contents {
+        accounts,
+        accounts_in,
+        ..Contents::default()
     };
     append(
         &mut archive,
@@ -162,7 +192,9 @@ pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Resul
         &serde_json::to_vec_pretty(&manifest)?,
         now,
     )?;
-    append_file(&mut archive, DATABASE, &snapshot.0, now)?;
+    if contents.accounts_in.is_none() {
+        append_file(&mut archive, DATABASE, &snapshot.0, now)?;
+    }
     if let Ok(certificate) = tls::existing(appliance.tls.as_ref(), &appliance.data_dir) {
         append(&mut archive, CERTIFICATE, &certificate.chain_pem, now)?;
         append(&mut archive, PRIVATE_KEY, &certificate.key_pem, now)?;
@@ -234,6 +266,14 @@ pub fn stage(appliance: &Sources, passphrase: &str, from: &Path, replace: bool) 
         );
     }
     let staged_db = staging.0.join(DATABASE);
+    if let Some(location) = &manifest.accounts_in {
+        // An appliance of a fleet: its own parts alone.
+        write_whole(&staging.0.join(ACCOUNTS_IN), location.as_bytes())?;
+        return Ok(Staged {
+            appliance: appliance.clone(),
+            dir: staging,
+        });
+    }
     if !staged_db.exists() {
         bail!("{} holds no database: not a cutout backup", from.display());
     }
@@ -280,6 +320,9 @@ pub fn finish_pending(appliance: &Sources) -> Result<Option<Contents>> {
 pub const REPLACED: &str = "replaced-by-restore";
 /// In `REPLACED`: when the restore that replaced it finished (Unix seconds).
 const RESTORED_AT: &str = "restored-at";
+/// In a fleet appliance's backup, staged: the shared store its accounts
+/// are in (the manifest's `accounts_in`).
+const ACCOUNTS_IN: &str = "accounts-in";
 /// In an undo's staging: the parts the appliance had none of before the
 /// restore, which the undo puts aside without putting anything back.
 const ABSENT: &str = "absent";
@@ -377,7 +420,19 @@ impl Staged {
                 }
             }
         }
-        contents.accounts = describe(&data_dir.join(DATABASE))?.1;
+        if let Ok(location) = fs::read_to_string(staging.join(ACCOUNTS_IN)) {
+            let dump = self
+                .appliance
+                .shared_store
+                .as_deref()
+                .map(crate::store::dump_command);
+            let dump = dump
+                .and_then(|d| d.ok())
+                .map_or("pg_dump".into(), |(_, dump)| dump);
+            contents.accounts_in = Some((location, dump));
+        } else if data_dir.join(DATABASE).exists() {
+            contents.accounts = describe(&data_dir.join(DATABASE))?.1;
+        }
         contents.certificate = staging.join(CERTIFICATE).exists();
         for name in [CERTIFICATE, PRIVATE_KEY] {
             if staging.join(name).exists() {
@@ -612,7 +667,10 @@ fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
 fn give_to_the_data_dirs_owner(data_dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let owner = fs::metadata(data_dir)?;
-    let mut paths = vec![data_dir.join(DATABASE)];
+    let mut paths: Vec<_> = [data_dir.join(DATABASE)]
+        .into_iter()
+        .filter(|p| p.exists())
+        .collect();
     let replaced = data_dir.join(REPLACED);
     if replaced.exists() {
         paths.extend(
@@ -748,6 +806,7 @@ mod tests {
             config: dir.join(CONFIG),
             data_dir,
             tls: None,
+            shared_store: None,
         }
     }
 
@@ -773,6 +832,7 @@ mod tests {
             data_dir: dir.join("data"),
             config: dir.join(CONFIG),
             tls: None,
+            shared_store: None,
         }
     }
 

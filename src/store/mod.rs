@@ -8,7 +8,7 @@ mod copy;
 mod postgres;
 mod sqlite;
 
-pub use self::postgres::{PostgresStore, DEAD_AFTER, HEARTBEAT};
+pub use self::postgres::{dump_command, PostgresStore, DEAD_AFTER, HEARTBEAT};
 pub use copy::{sqlite_to_postgres, Copied};
 pub use sqlite::SqliteStore;
 

@@ -363,3 +363,81 @@ fn a_board_moves_into_the_shared_store_from_the_command_line() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("sqlite:DIR"));
 }
+
+#[test]
+fn a_fleet_appliances_backup_holds_its_own_parts_and_names_pg_dump_for_the_accounts() {
+    let server = shared_postgres();
+    let url = server.database();
+    let shared = PostgresStore::open(&url, Some(&server.password_file())).unwrap();
+    shared
+        .create_account(
+            &cutout::domain::AccountName::parse("acme").unwrap(),
+            "pro",
+            0,
+        )
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[store]\nurl = \"{url}\"\npassword_file = \"{}\"\n",
+        server.password_file().display()
+    );
+    let appliance = |name: &str| {
+        let data = root.path().join(name);
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("cutout.toml"), &config).unwrap();
+        data
+    };
+    let old = appliance("old-card");
+    let background = root.path().join("beach.jpg");
+    std::fs::write(&background, jpeg(320, 240)).unwrap();
+    cutout_cli(
+        &old,
+        &["backdrop", "add", "Beach", background.to_str().unwrap()],
+    );
+
+    let file = root.path().join("fleet.cutout-backup");
+    let out = crate::backup::cutout(&old, &["backup", file.to_str().unwrap()], &[]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!old.join("cutout.db").exists(), "no SQLite database made");
+    assert!(
+        said.contains("1 backdrop(s)") && said.contains("configuration file"),
+        "{said}"
+    );
+    assert!(!said.contains(PASSWORD), "{said}");
+
+    // The command it names backs up the accounts, run as printed.
+    let dump = said.split('`').nth(1).expect("a command in backquotes");
+    assert!(dump.starts_with("pg_dump "), "{said}");
+    let words: Vec<_> = dump.split_whitespace().collect();
+    let dumped = std::process::Command::new(words[0])
+        .args(&words[1..])
+        .current_dir(root.path())
+        .env("PGPASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    assert!(dumped.status.success(), "{dumped:?}");
+    let listed = std::process::Command::new("pg_restore")
+        .args(["--list", "cutout-accounts.pgdump"])
+        .current_dir(root.path())
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("TABLE DATA public api_keys"), "{listed}");
+
+    // Restored on a new card of the same fleet: its own parts back, the
+    // accounts where they were.
+    let new = appliance("new-card");
+    let out = crate::backup::cutout(&new, &["restore", file.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .contains("no accounts (they are in the shared PostgreSQL store"));
+    assert!(cutout_cli(&new, &["backdrop", "list"]).contains("Beach"));
+    assert!(!new.join("cutout.db").exists());
+    let config_arg = new.join("cutout.toml");
+    let accounts = cutout_cli(
+        &new,
+        &["--config", config_arg.to_str().unwrap(), "account", "list"],
+    );
+    assert!(accounts.contains("acme"), "{accounts}");
+}

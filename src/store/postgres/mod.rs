@@ -253,6 +253,25 @@ impl PostgresStore {
     }
 }
 
+/// The shared store at `url` (`host:port/database`), and the PostgreSQL
+/// command that backs up its accounts, keys and counts (they are not in an
+/// appliance's backup), with no password in it.
+pub fn dump_command(url: &str) -> Result<(String, String)> {
+    let config: postgres::Config = url
+        .parse()
+        .map_err(|e| StoreError::Postgres(format!("store.url: {e}")))?;
+    let location = location(&config);
+    let (host_port, database) = location.split_once('/').expect("host:port/database");
+    let (host, port) = host_port.rsplit_once(':').expect("host:port");
+    let user = config
+        .get_user()
+        .map_or(String::new(), |u| format!(" --username={u}"));
+    let dump = format!(
+        "pg_dump --format=custom --host={host} --port={port}{user} --file=cutout-accounts.pgdump {database}"
+    );
+    Ok((location, dump))
+}
+
 /// host:port/database, without the user or password.
 fn location(config: &postgres::Config) -> String {
     let host = match config.get_hosts().first() {
