@@ -2,16 +2,18 @@
 //! board's CPU lacks kills the whole process (its aarch64 builds have died
 //! with "illegal instruction" on Pi 4 cores before), and systemd would
 //! restart it into the same crash for ever. From the moment the library
-//! loads a model until it cuts out a photo (or the server stops cleanly),
+//! loads a model until that model has run once (or the server stops
+//! cleanly), whenever it loads (MODNet on the first `type=person`, say),
 //! this start is on trial: a fault signal then (an illegal instruction, a
 //! bad address, an abort) counts the start in a file in the data directory
 //! before the process dies of it. After two such starts the server runs
 //! tract instead, says so once in the log and on the Status page, and
 //! leaves the file for the operator to delete. A start ended from outside
 //! (`kill -9`, a power cut) is no crash of the library and counts nothing,
-//! however often an appliance is unplugged while it starts. A new cutout
-//! version starts the count afresh.
+//! however often an appliance is unplugged while it starts. A clean stop,
+//! or a new cutout version, starts the count afresh.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -22,15 +24,16 @@ pub const TRIAL_FILE: &str = "onnxruntime-trial";
 
 pub struct OnnxRuntimeTrial {
     path: PathBuf,
-    /// This start is on trial: the crash guard holds the line to write.
-    open: Mutex<bool>,
+    /// The models loaded and not yet run: while there is one, this start
+    /// is on trial and the crash guard holds the line to write.
+    on_trial: Mutex<BTreeSet<String>>,
 }
 
 impl OnnxRuntimeTrial {
     pub fn new(data_dir: &Path) -> OnnxRuntimeTrial {
         OnnxRuntimeTrial {
             path: data_dir.join(TRIAL_FILE),
-            open: Mutex::new(false),
+            on_trial: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -39,43 +42,52 @@ impl OnnxRuntimeTrial {
         let crashed = self.crashed_starts();
         (crashed >= CRASHES_BEFORE_FALLBACK).then(|| {
             format!(
-                "ONNX Runtime's library crashed the process {crashed} times while loading or \
-                 before its first cut-out (an instruction this CPU lacks?): serving with \
+                "ONNX Runtime's library crashed the process {crashed} times while loading a \
+                 model or before its first run (an instruction this CPU lacks?): serving with \
                  tract instead. To try onnxruntime again, delete {} and restart.",
                 self.path.display()
             )
         })
     }
 
-    /// Called before the library loads a model: this start is on trial
-    /// (once, however many models it loads) until a cut-out settles it.
-    pub fn begin(&self) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if *open {
-            return;
+    /// Called before the library loads `model`: this start is on trial
+    /// until each model it loads has run once.
+    pub fn begin(&self, model: &str) {
+        let mut on_trial = self.on_trial.lock().unwrap_or_else(|p| p.into_inner());
+        if on_trial.is_empty() {
+            let line = format!(
+                "{} {}\n",
+                env!("CARGO_PKG_VERSION"),
+                self.crashed_starts() + 1
+            );
+            if let Err(e) = guard::arm(&self.path, line.as_bytes()) {
+                log::warn!("ONNX Runtime's crash guard is off: {e}");
+                return;
+            }
         }
-        let line = format!(
-            "{} {}\n",
-            env!("CARGO_PKG_VERSION"),
-            self.crashed_starts() + 1
-        );
-        match guard::arm(&self.path, line.as_bytes()) {
-            Ok(()) => *open = true,
-            Err(e) => log::warn!("ONNX Runtime's crash guard is off: {e}"),
+        on_trial.insert(model.to_owned());
+    }
+
+    /// The library ran `model`: it did not crash in it. With no other
+    /// model on trial, a crash is no longer counted. The count of earlier
+    /// starts stays: the next may crash in a model loaded later again.
+    pub fn settle(&self, model: &str) {
+        let mut on_trial = self.on_trial.lock().unwrap_or_else(|p| p.into_inner());
+        if on_trial.remove(model) && on_trial.is_empty() {
+            guard::disarm();
         }
     }
 
-    /// The library cut out a photo, or the server stops cleanly: this start
-    /// did not crash in it, and neither did those before it.
-    pub fn settle(&self) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if std::mem::take(&mut *open) {
-            guard::disarm();
-            match std::fs::remove_file(&self.path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => log::warn!("cannot remove {}: {e}", self.path.display()),
-            }
+    /// The server stops cleanly: this start did not crash, and the count
+    /// of those before it starts again.
+    pub fn settle_all(&self) {
+        let mut on_trial = self.on_trial.lock().unwrap_or_else(|p| p.into_inner());
+        on_trial.clear();
+        guard::disarm();
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => log::warn!("cannot remove {}: {e}", self.path.display()),
         }
     }
 
@@ -227,8 +239,8 @@ mod tests {
     fn child() {
         let dir = std::env::var_os(CHILD_DIR).expect("run by the test below");
         let trial = OnnxRuntimeTrial::new(Path::new(&dir));
-        trial.begin();
-        trial.begin(); // a second model, in the same start
+        trial.begin("isnet");
+        trial.begin("u2netp"); // a second model, in the same start
         match std::env::var("CUTOUT_TEST_TRIAL_END").unwrap().as_str() {
             // What the library does on a CPU without its instructions.
             "abort" => std::process::abort(),
@@ -237,8 +249,23 @@ mod tests {
                 Command::new("kill").args(["-KILL", &me]).status().unwrap();
                 std::thread::sleep(std::time::Duration::from_secs(10));
             }
+            "stop" => trial.settle_all(),
             "settle" => {
-                trial.settle();
+                trial.settle("isnet");
+                trial.settle("u2netp");
+                std::process::abort()
+            }
+            // One model has run, the other not yet.
+            "settle-one" => {
+                trial.settle("isnet");
+                std::process::abort()
+            }
+            // Both have run; MODNet is loaded later, on the first
+            // `type=person`, and crashes the library.
+            "load-later" => {
+                trial.settle("isnet");
+                trial.settle("u2netp");
+                trial.begin("modnet");
                 std::process::abort()
             }
             how => panic!("{how}?"),
@@ -246,7 +273,8 @@ mod tests {
     }
 
     #[test]
-    fn two_starts_the_library_crashed_make_the_third_fall_back_and_kills_count_nothing() {
+    fn two_starts_the_library_crashed_with_any_model_unproven_make_the_third_fall_back_and_kills_count_nothing(
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let trial = || OnnxRuntimeTrial::new(dir.path());
         // Unplugged while starting, again and again: no crash of the library.
@@ -258,13 +286,18 @@ mod tests {
 
         assert_eq!(start_that(dir.path(), "abort"), Some(libc::SIGABRT));
         assert!(trial().refusal().is_none(), "one crash is not two");
-        // A cut-out settles the count; a crash after it is not the library's
-        // start and counts nothing.
+        // A clean stop settles the count.
+        assert_eq!(start_that(dir.path(), "stop"), None);
+        assert!(!dir.path().join(TRIAL_FILE).exists());
+        // A crash once every model loaded has run is not the library's
+        // loading and counts nothing.
         assert_eq!(start_that(dir.path(), "settle"), Some(libc::SIGABRT));
         assert!(!dir.path().join(TRIAL_FILE).exists());
 
-        for _ in 0..2 {
-            assert_eq!(start_that(dir.path(), "abort"), Some(libc::SIGABRT));
+        // A model still on trial, or one loaded after the first cut-out,
+        // counts as the first did.
+        for how in ["settle-one", "load-later"] {
+            assert_eq!(start_that(dir.path(), how), Some(libc::SIGABRT));
         }
         assert_eq!(start_that(dir.path(), "kill"), Some(libc::SIGKILL));
         let refusal = trial().refusal().expect("two crashed starts");

@@ -195,12 +195,51 @@ impl Pipeline {
         self
     }
 
-    /// The engine has run a model (or the server stops cleanly): this start
-    /// did not crash in it.
+    /// `model`'s input photo (the original scaled to `input`'s grid) and its
+    /// matte on that grid, before levels; `laps` name the two steps in `watch`.
+    /// Withdrawn (`ApiError::ClientGone`) if `client_gone` says so once an
+    /// inference worker is free for it. Its run settles its crash trial.
+    fn run_model(
+        &self,
+        model: &Model,
+        input: InputSpec,
+        original: &DynamicImage,
+        watch: &mut Stopwatch,
+        laps: [&'static str; 2],
+        client_gone: &dyn Fn() -> bool,
+    ) -> Result<(DynamicImage, Vec<u8>), ApiError> {
+        let spec = &model.spec;
+        let (model_input, tensor, layout) = prepare(spec, input, original);
+        let (in_w, in_h) = layout.input;
+        watch.lap(laps[0]);
+        let output = model
+            .inference
+            .run_unless(tensor, in_w, in_h, client_gone)
+            .map_err(|e| match e {
+                InferError::Loading | InferError::Failed(_) => ApiError::Unavailable(e.to_string()),
+                InferError::Run(cause) => ApiError::Internal(cause),
+                InferError::Withdrawn => ApiError::ClientGone,
+            })?;
+        watch.lap(laps[1]);
+        if let Some(trial) = self.trial() {
+            trial.settle(&spec.name);
+        }
+        Ok((model_input, matte_from_output(&output, spec.output, layout)))
+    }
+
+    /// ONNX Runtime's crash trial (`engine::trial`), where it runs.
+    fn trial(&self) -> Option<&OnnxRuntimeTrial> {
+        let loader = self.loader.as_ref()?;
+        match loader.engine.kind {
+            EngineKind::Onnxruntime => loader.trial.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The server stops cleanly: no model crashed this start.
     pub fn settle_trial(&self) {
-        let Some(loader) = &self.loader else { return };
-        if let (EngineKind::Onnxruntime, Some(trial)) = (loader.engine.kind, &loader.trial) {
-            trial.settle();
+        if let Some(trial) = self.trial() {
+            trial.settle_all();
         }
     }
 
@@ -276,8 +315,8 @@ impl Pipeline {
             if !matches!(model.inference.ready(), Err(InferError::Loading)) {
                 return;
             }
-            if let (EngineKind::Onnxruntime, Some(trial)) = (loader.engine.kind, &loader.trial) {
-                trial.begin();
+            if let Some(trial) = self.trial() {
+                trial.begin(&model.spec.name);
             }
             let started = Instant::now();
             match engine::load(&model.spec, &loader.models_dir, &loader.engine) {
@@ -318,7 +357,8 @@ impl Pipeline {
         let grid = (first_input.width(), first_input.height());
         let laps = ["blend-prepare", "blend-model"];
         let view = |model: &Model, input: InputSpec, watch: &mut Stopwatch| {
-            let (view_input, matte) = run_model(model, input, original, watch, laps, &|| false)?;
+            let (view_input, matte) =
+                self.run_model(model, input, original, watch, laps, &|| false)?;
             let size = (view_input.width(), view_input.height());
             Ok::<_, ApiError>(imaging::resize_gray(&matte, size, grid))
         };
@@ -367,10 +407,10 @@ impl Pipeline {
         let mut made_by = model.spec.name.clone();
         let mut views = vec![first];
         for &input in &median.inputs {
-            views.push(run_model(model, input, original, watch, laps, &|| false)?);
+            views.push(self.run_model(model, input, original, watch, laps, &|| false)?);
         }
         for other in self.in_median.iter().map(|&i| &self.models[i]) {
-            match run_model(other, other.spec.input, original, watch, laps, &|| false) {
+            match self.run_model(other, other.spec.input, original, watch, laps, &|| false) {
                 Ok(view) => {
                     views.push(view);
                     made_by = format!("{made_by}+{}", other.spec.name);
@@ -410,7 +450,7 @@ impl Pipeline {
         self.load(SubjectType::Person);
         let person = &self.models[self.person];
         let laps = ["second-prepare", "second-model"];
-        let run = run_model(person, person.spec.input, original, watch, laps, &|| false);
+        let run = self.run_model(person, person.spec.input, original, watch, laps, &|| false);
         let (input, matte) = run
             .inspect_err(|e| log::warn!("no second opinion from {}: {e}", person.spec.name))
             .ok()?;
@@ -513,8 +553,7 @@ impl Pipeline {
         let spec = &model.spec;
         let laps = ["prepare", "model"];
         let (mut model_input, mut first) =
-            run_model(model, spec.input, &original, &mut watch, laps, client_gone)?;
-        self.settle_trial();
+            self.run_model(model, spec.input, &original, &mut watch, laps, client_gone)?;
         // The raw matte is kept only for a blend; otherwise it is levelled in place.
         let blend = spec.blend.as_ref().filter(|_| views);
         let mut alone = if blend.is_some() {
@@ -606,34 +645,6 @@ impl Pipeline {
             timings: watch.laps,
         })
     }
-}
-
-/// `model`'s input photo (the original scaled to `input`'s grid) and its
-/// matte on that grid, before levels; `laps` name the two steps in `watch`.
-/// Withdrawn (`ApiError::ClientGone`) if `client_gone` says so once an
-/// inference worker is free for it.
-fn run_model(
-    model: &Model,
-    input: InputSpec,
-    original: &DynamicImage,
-    watch: &mut Stopwatch,
-    laps: [&'static str; 2],
-    client_gone: &dyn Fn() -> bool,
-) -> Result<(DynamicImage, Vec<u8>), ApiError> {
-    let spec = &model.spec;
-    let (model_input, tensor, layout) = prepare(spec, input, original);
-    let (in_w, in_h) = layout.input;
-    watch.lap(laps[0]);
-    let output = model
-        .inference
-        .run_unless(tensor, in_w, in_h, client_gone)
-        .map_err(|e| match e {
-            InferError::Loading | InferError::Failed(_) => ApiError::Unavailable(e.to_string()),
-            InferError::Run(cause) => ApiError::Internal(cause),
-            InferError::Withdrawn => ApiError::ClientGone,
-        })?;
-    watch.lap(laps[1]);
-    Ok((model_input, matte_from_output(&output, spec.output, layout)))
 }
 
 /// `original` as `spec`'s model takes it at `input`'s geometry: the photo
