@@ -344,6 +344,23 @@ try {
     assert.equal(collected.status, 200);
     assert.equal(collected.json.account, "photo-booth");
     assert.equal((await callApi(secure.base, collected.json.api_key)).status, 200);
+
+    // That call came over plain HTTP: the account's keys show it, and the
+    // operator switches plain HTTP off for the API on the Status page.
+    await tlsPage.goto(`${secure.httpsBase}/admin/accounts/photo-booth`);
+    const lastInClear = tlsPage.locator("td[data-label='Last in clear']");
+    assert.match(await lastInClear.last().innerText(), /^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/);
+    await tlsPage.click("text=Status");
+    await tlsPage.locator("button", { hasText: "Switch off" }).click();
+    await tlsPage.waitForURL(`${secure.httpsBase}/admin/status?done=plain-http-off`);
+    assert.match(await tlsPage.locator("main").innerText(), /refused with 403 plain_http_off/);
+    await shot("https-admin-status-plain-http-off", tlsPage);
+    const refused = await callApi(secure.base, collected.json.api_key);
+    assert.equal(refused.status, 403);
+    assert.equal((await refused.json()).errors[0].code, "plain_http_off");
+    await tlsPage.locator("button", { hasText: "Switch on" }).click();
+    await tlsPage.waitForURL(`${secure.httpsBase}/admin/status?done=plain-http-on`);
+    assert.equal((await callApi(secure.base, collected.json.api_key)).status, 200);
   } finally {
     secure.server.kill("SIGTERM");
   }
