@@ -91,9 +91,8 @@ enum Command {
     },
     /// Bring back what `backup` saved in FILE, so that booths paired before
     /// work unchanged. Stop the service first. Nothing changes if FILE is
-    /// damaged, from a newer cutout or the passphrase is wrong.
-    /// Restore a backup: `restore FILE`. What it replaces is kept in
-    /// DATA_DIR/replaced-by-restore; `restore --undo` puts that back.
+    /// damaged, from a newer cutout or the passphrase is wrong. What it
+    /// replaces is kept in DATA_DIR/replaced-by-restore; `--undo` puts that back.
     Restore {
         #[arg(required_unless_present = "undo")]
         file: Option<PathBuf>,

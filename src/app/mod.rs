@@ -388,7 +388,6 @@ impl AppState {
         Ok(approved)
     }
 
-    /// What the appliance is doing, as the status LED shows it.
     /// Plain HTTP's port where it listens beside HTTPS: where the
     /// operator's switch for the API over plain HTTP applies.
     pub fn plain_http_beside_https(&self) -> Option<u16> {
@@ -397,6 +396,7 @@ impl AppState {
         (plain != tls.addr).then_some(plain.port())
     }
 
+    /// What the appliance is doing, as the status LED shows it.
     pub fn led_state(&self) -> led::State {
         let now = self.clock.now_unix();
         if self.button

@@ -22,16 +22,14 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
             Ok(redirect("/admin/status?done=replaced-deleted"))
         }
         ["status", "plain-http"] if post => {
-            let on = cx.fields(request)?.get("api") == "on";
-            cx.state.store.set_plain_http_api(on, cx.now)?;
-            log::info!(
-                "operator switched the API over plain HTTP {}",
-                if on { "on" } else { "off" }
-            );
-            Ok(redirect(&format!(
-                "/admin/status?done=plain-http-{}",
-                if on { "on" } else { "off" }
-            )))
+            let to = if cx.fields(request)?.get("api") == "on" {
+                "on"
+            } else {
+                "off"
+            };
+            cx.state.store.set_plain_http_api(to == "on", cx.now)?;
+            log::info!("operator switched the API over plain HTTP {to}");
+            Ok(redirect(&format!("/admin/status?done=plain-http-{to}")))
         }
         ["booths"] if get => booths_page(cx, flash(request), None),
         ["backup"] if get => Ok(html(200, view::admin_backup(cx.csrf(), None))),
