@@ -1,6 +1,6 @@
 //! `cutout store copy`: one appliance's SQLite accounts, keys, monthly
-//! counts, operator password and plain-HTTP switch into a shared PostgreSQL store, in one
-//! transaction. Running it again changes nothing: what the shared store
+//! counts, operator password and plain-HTTP switch into a shared
+//! PostgreSQL store, in one transaction. Running it again changes nothing: what the shared store
 //! already has is kept (an account or key by its name or hash), and a count
 //! becomes the larger of the two, so no charge is lost and none is doubled.
 
@@ -46,8 +46,16 @@ pub fn sqlite_to_postgres(
                  k.revoked_at FROM api_keys k JOIN accounts a ON a.id = k.account_id",
             )?
             .query_map([], |r| {
-                let row = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?);
-                Ok((row.0, row.1, row.2, row.3, row.4, row.5, r.get(6)?, r.get(7)?))
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
             })?
             .collect::<rusqlite::Result<_>>()?;
         let counts: Vec<(String, String, i64)> = conn

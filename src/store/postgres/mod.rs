@@ -260,20 +260,24 @@ pub fn dump_command(url: &str) -> Result<(String, String)> {
     let config: postgres::Config = url
         .parse()
         .map_err(|e| StoreError::Postgres(format!("store.url: {e}")))?;
-    let location = location(&config);
-    let (host_port, database) = location.split_once('/').expect("host:port/database");
-    let (host, port) = host_port.rsplit_once(':').expect("host:port");
+    let (host, port, database) = address(&config);
     let user = config
         .get_user()
         .map_or(String::new(), |u| format!(" --username={u}"));
     let dump = format!(
         "pg_dump --format=custom --host={host} --port={port}{user} --file=cutout-accounts.pgdump {database}"
     );
-    Ok((location, dump))
+    Ok((location(&config), dump))
 }
 
 /// host:port/database, without the user or password.
 fn location(config: &postgres::Config) -> String {
+    let (host, port, database) = address(config);
+    format!("{host}:{port}/{database}")
+}
+
+/// The host, port and database `config` names, with PostgreSQL's defaults.
+fn address(config: &postgres::Config) -> (String, u16, &str) {
     let host = match config.get_hosts().first() {
         Some(postgres::config::Host::Tcp(h)) => h.clone(),
         Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
@@ -284,7 +288,7 @@ fn location(config: &postgres::Config) -> String {
         .get_dbname()
         .or(config.get_user())
         .unwrap_or("postgres");
-    format!("{host}:{port}/{database}")
+    (host, port, database)
 }
 
 impl Store for PostgresStore {
