@@ -1,8 +1,9 @@
 //! `cutout store copy`: one appliance's SQLite accounts, keys, monthly
 //! counts, operator password and plain-HTTP switch into a shared
-//! PostgreSQL store, in one transaction. Running it again changes nothing: what the shared store
-//! already has is kept (an account or key by its name or hash), and a count
-//! becomes the larger of the two, so no charge is lost and none is doubled.
+//! PostgreSQL store, in one transaction. Running it again changes nothing:
+//! what the shared store already has is kept (an account or key by its name
+//! or hash), and a count becomes the larger of the two, so no charge is
+//! lost and none is doubled.
 
 use super::{PostgresStore, Result, SqliteStore};
 use std::path::Path;
