@@ -155,17 +155,20 @@ pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Resul
     if accounts_in.is_none() && !database.exists() {
         bail!("no database at {}: nothing to back up", database.display());
     }
-    let snapshot = Scratch(scratch_path(&appliance.data_dir, "backup", ".db"));
-    let (schema, accounts) = match &accounts_in {
-        Some(_) => (0, 0),
+    let snapshot = match &accounts_in {
+        Some(_) => None,
         None => {
+            let snapshot = Scratch(scratch_path(&appliance.data_dir, "backup", ".db"));
             let conn = Connection::open(&database)?;
             conn.busy_timeout(std::time::Duration::from_secs(10))?;
             conn.execute("VACUUM INTO ?1", [snapshot.0.to_string_lossy()])
                 .context("copying the database")?;
-            drop(conn);
-            describe(&snapshot.0)?
+            Some(snapshot)
         }
+    };
+    let (schema, accounts) = match &snapshot {
+        Some(snapshot) => describe(&snapshot.0)?,
+        None => (0, 0),
     };
 
     let partial = PathBuf::from(format!("{}.partial", to.display()));
@@ -192,7 +195,7 @@ pub fn take(appliance: &Sources, passphrase: &str, to: &Path, now: i64) -> Resul
         &serde_json::to_vec_pretty(&manifest)?,
         now,
     )?;
-    if contents.accounts_in.is_none() {
+    if let Some(snapshot) = &snapshot {
         append_file(&mut archive, DATABASE, &snapshot.0, now)?;
     }
     if let Ok(certificate) = tls::existing(appliance.tls.as_ref(), &appliance.data_dir) {
@@ -266,9 +269,8 @@ pub fn stage(appliance: &Sources, passphrase: &str, from: &Path, replace: bool) 
         );
     }
     let staged_db = staging.0.join(DATABASE);
-    if let Some(location) = &manifest.accounts_in {
+    if manifest.accounts_in.is_some() {
         // An appliance of a fleet: its own parts alone.
-        write_whole(&staging.0.join(ACCOUNTS_IN), location.as_bytes())?;
         return Ok(Staged {
             appliance: appliance.clone(),
             dir: staging,
@@ -320,9 +322,6 @@ pub fn finish_pending(appliance: &Sources) -> Result<Option<Contents>> {
 pub const REPLACED: &str = "replaced-by-restore";
 /// In `REPLACED`: when the restore that replaced it finished (Unix seconds).
 const RESTORED_AT: &str = "restored-at";
-/// In a fleet appliance's backup, staged: the shared store its accounts
-/// are in (the manifest's `accounts_in`).
-const ACCOUNTS_IN: &str = "accounts-in";
 /// In an undo's staging: the parts the appliance had none of before the
 /// restore, which the undo puts aside without putting anything back.
 const ABSENT: &str = "absent";
@@ -420,17 +419,10 @@ impl Staged {
                 }
             }
         }
-        if let Ok(location) = fs::read_to_string(staging.join(ACCOUNTS_IN)) {
-            let dump = self
-                .appliance
-                .shared_store
-                .as_deref()
-                .map(crate::store::dump_command);
-            let dump = dump
-                .and_then(|d| d.ok())
-                .map_or("pg_dump".into(), |(_, dump)| dump);
-            contents.accounts_in = Some((location, dump));
-        } else if data_dir.join(DATABASE).exists() {
+        // On an appliance of a fleet the accounts stay in its shared store.
+        let shared = self.appliance.shared_store.as_deref();
+        contents.accounts_in = shared.and_then(|url| crate::store::dump_command(url).ok());
+        if contents.accounts_in.is_none() && data_dir.join(DATABASE).exists() {
             contents.accounts = describe(&data_dir.join(DATABASE))?.1;
         }
         contents.certificate = staging.join(CERTIFICATE).exists();
@@ -663,43 +655,32 @@ fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
 fn give_to_the_data_dirs_owner(data_dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let owner = fs::metadata(data_dir)?;
-    let mut paths: Vec<_> = [data_dir.join(DATABASE)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .collect();
-    let replaced = data_dir.join(REPLACED);
-    if replaced.exists() {
-        paths.extend(
-            sorted_entries(&replaced)?
-                .into_iter()
-                .filter(|p| p.is_file()),
-        );
-        paths.push(replaced.clone());
-    }
-    for dir in [
-        data_dir.join("tls"),
-        data_dir.join(BACKDROPS),
-        replaced.join("tls"),
-        replaced.join(BACKDROPS),
-    ] {
-        if !dir.exists() {
-            continue;
-        }
-        paths.push(dir.clone());
-        for entry in sorted_entries(&dir)? {
-            paths.extend(sorted_entries(&entry).unwrap_or_default());
-            paths.push(entry);
-        }
-    }
-    for path in paths {
-        let current = fs::metadata(&path)?;
-        if (current.uid(), current.gid()) != (owner.uid(), owner.gid()) {
-            std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid())).with_context(
-                || format!("giving {} to the data directory's owner", path.display()),
-            )?;
+    for part in [DATABASE, "tls", BACKDROPS, REPLACED] {
+        for path in tree(&data_dir.join(part))? {
+            let current = fs::metadata(&path)?;
+            if (current.uid(), current.gid()) != (owner.uid(), owner.gid()) {
+                std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid()))
+                    .with_context(|| {
+                        format!("giving {} to the data directory's owner", path.display())
+                    })?;
+            }
         }
     }
     Ok(())
+}
+
+/// `path` and everything under it; nothing where it does not exist.
+fn tree(path: &Path) -> Result<Vec<PathBuf>> {
+    if !path.exists() {
+        return Ok(vec![]);
+    }
+    let mut paths = vec![path.to_owned()];
+    if path.is_dir() {
+        for entry in sorted_entries(path)? {
+            paths.extend(tree(&entry)?);
+        }
+    }
+    Ok(paths)
 }
 
 /// The bytes free to the service on the file system of `dir`, where it can
