@@ -342,11 +342,7 @@ fn bad_backups_are_refused_with_what_was_wrong_and_the_appliance_unchanged() {
             b"",
             "{what}: the configuration changed"
         );
-        let left: Vec<_> = std::fs::read_dir(&target)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with('.'))
-            .collect();
+        let left = dot_files(&target);
         assert!(left.is_empty(), "{what}: left {left:?}");
         eprintln!("{what}: {}", said.trim());
     }
@@ -488,11 +484,7 @@ fn the_operator_downloads_from_the_dashboard_a_backup_that_restores() {
 /// A downloaded `backup`, with nothing of it left in `data`, restored into
 /// a fresh data directory: the directory and what `cutout restore` said.
 fn restored_from_download(data: &Path, backup: &[u8]) -> (tempfile::TempDir, PathBuf, String) {
-    let leftovers: Vec<_> = std::fs::read_dir(data)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.'))
-        .collect();
+    let leftovers = dot_files(data);
     assert!(leftovers.is_empty(), "{leftovers:?}");
     let root = tempfile::tempdir().unwrap();
     let file = root.path().join("from-the-dashboard.cutout-backup");
@@ -509,18 +501,8 @@ fn restored_from_download(data: &Path, backup: &[u8]) -> (tempfile::TempDir, Pat
 
 /// `cutout admin set-password` on `data`, the password typed.
 fn set_operator_password(data: &Path, password: &str) {
-    let mut set_password = Command::new(env!("CARGO_BIN_EXE_cutout"))
-        .arg("--data-dir")
-        .arg(data)
-        .args(["admin", "set-password"])
-        .env("RUST_LOG", "error")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    writeln!(set_password.stdin.take().unwrap(), "{password}").unwrap();
-    assert!(set_password.wait().unwrap().success());
+    let out = cli_set_password(data, &format!("{password}\n"));
+    assert!(out.status.success(), "{out:?}");
 }
 
 /// The highest resident set of process `pid` so far, in KiB.
@@ -772,16 +754,7 @@ fn the_setup_page_restores_the_old_appliance_and_starts_again_with_it() {
         "no accounts"
     );
     assert_eq!(
-        std::fs::read_dir(&new)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with('.')
-            })
-            .count(),
+        dot_files(&new).len(),
         0,
         "nothing left of the refused uploads"
     );

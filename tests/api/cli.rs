@@ -1,5 +1,6 @@
 //! The operator's command line, run as a user would run it.
 
+use crate::helpers::cli_set_password;
 use cutout::store::Store;
 use std::process::{Command, Output};
 
@@ -282,36 +283,15 @@ fn serve_demo_prints_a_working_key_and_sigterm_stops_it_cleanly() {
     assert_eq!(server.wait().unwrap().code(), Some(0));
 }
 
-fn set_password(data: &std::path::Path, stdin: &str) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cutout"))
-        .arg("--data-dir")
-        .arg(data)
-        .args(["admin", "set-password"])
-        .env("RUST_LOG", "warn")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
 #[test]
 fn admin_set_password_reads_the_password_from_stdin_and_stores_only_a_hash() {
     let data = tempfile::tempdir().unwrap();
-    let refused = set_password(data.path(), "short\n");
+    let refused = cli_set_password(data.path(), "short\n");
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("at least 8 characters"));
-    assert_eq!(set_password(data.path(), "").status.code(), Some(1));
+    assert_eq!(cli_set_password(data.path(), "").status.code(), Some(1));
 
-    assert!(set_password(data.path(), "a fine password\n")
+    assert!(cli_set_password(data.path(), "a fine password\n")
         .status
         .success());
     let store = cutout::store::SqliteStore::open(data.path()).unwrap();

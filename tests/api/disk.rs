@@ -213,11 +213,7 @@ fn the_setup_page_refuses_a_backup_the_card_has_no_room_for_and_keeps_nothing() 
         "{}",
         refused.text()
     );
-    let left: Vec<_> = std::fs::read_dir(&new)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.'))
-        .collect();
+    let left = dot_files(&new);
     assert!(left.is_empty(), "{left:?}");
     drop(setup);
 }

@@ -196,9 +196,41 @@ pub fn cutout_cli(data: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `cutout admin set-password` on `data`, `stdin` typed.
+pub fn cli_set_password(data: &std::path::Path, stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(["admin", "set-password"])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// A new account on `plan` with one key, made with the command line.
 pub fn cli_account(data: &std::path::Path, name: &str, plan: &str) -> String {
     cutout_cli(data, &["account", "create", name, "--plan", plan]);
     let out = cutout_cli(data, &["key", "create", name]);
     out.lines().last().unwrap().trim().to_owned()
+}
+
+/// The names in `dir` that start with a dot: scratch files and directories
+/// a command or the server left behind.
+pub fn dot_files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect()
 }
