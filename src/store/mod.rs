@@ -174,6 +174,8 @@ pub trait Store: Send + Sync {
     fn authenticate(&self, key: &ApiKey) -> Result<Option<Caller>>;
     /// Notes that the key came over plain HTTP at `now` (the keys pages
     /// show it, so that the operator finds the device that sends it so).
+    /// Written at most once a minute a key: a booth sending in clear costs
+    /// no write of its own on each call.
     fn key_came_in_clear(&self, key_id: i64, now: i64) -> Result<()>;
     /// Whether API keys are taken over plain HTTP where HTTPS is on (the
     /// operator's switch on the Status page; on until switched off).

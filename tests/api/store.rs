@@ -228,6 +228,11 @@ on_both_stores! {
         let seen: Vec<_> = store.keys("acme").unwrap().into_iter().map(|k| (k.prefix, k.last_in_clear_at)).collect();
         let prefix = ApiKey::parse(&key).unwrap().prefix().to_owned();
         assert_eq!(seen, [(prefix, Some(NOW + 5)), (other.prefix().to_owned(), None)]);
+        let in_clear = |store: &dyn Store| store.keys("acme").unwrap()[0].last_in_clear_at;
+        store.key_came_in_clear(who.key_id.unwrap(), NOW + 30).unwrap();
+        assert_eq!(in_clear(store.as_ref()), Some(NOW + 5), "within the minute: not written");
+        store.key_came_in_clear(who.key_id.unwrap(), NOW + 65).unwrap();
+        assert_eq!(in_clear(store.as_ref()), Some(NOW + 65));
 
         assert!(store.plain_http_api().unwrap(), "on until switched off");
         store.set_plain_http_api(false, NOW).unwrap();

@@ -554,7 +554,8 @@ impl Store for PostgresStore {
 
     fn key_came_in_clear(&self, key_id: i64, now: i64) -> Result<()> {
         self.client()?.execute(
-            "UPDATE api_keys SET last_in_clear_at = $2 WHERE id = $1",
+            "UPDATE api_keys SET last_in_clear_at = $2 WHERE id = $1
+             AND (last_in_clear_at IS NULL OR last_in_clear_at <= $2::BIGINT - 60)",
             &[&key_id, &now],
         )?;
         Ok(())

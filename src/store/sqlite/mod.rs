@@ -397,7 +397,8 @@ impl Store for SqliteStore {
 
     fn key_came_in_clear(&self, key_id: i64, now: i64) -> Result<()> {
         self.conn().execute(
-            "UPDATE api_keys SET last_in_clear_at = ?2 WHERE id = ?1",
+            "UPDATE api_keys SET last_in_clear_at = ?2 WHERE id = ?1
+             AND (last_in_clear_at IS NULL OR last_in_clear_at <= ?2 - 60)",
             params![key_id, now],
         )?;
         Ok(())
