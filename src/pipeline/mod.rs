@@ -334,6 +334,10 @@ impl Pipeline {
                 Err(e) => {
                     log::error!("model {} failed to load: {e:#}", model.spec.name);
                     model.inference.set(Readiness::Failed(format!("{e:#}")));
+                    // An error returned is no crash, and it will never run.
+                    if let Some(trial) = self.trial() {
+                        trial.settle(&model.spec.name);
+                    }
                 }
             }
         });
