@@ -47,6 +47,13 @@ else
     chroot "$root" apt-get install -y -qq /tmp/cutout.deb
 fi
 
+# Over an installed package, as unattended-upgrades does: an operator's edit
+# of cutout.toml is kept when the packaged one changed too (at a terminal,
+# dpkg asks; here there is no one to ask, and dpkg fails on the prompt).
+upgrade_to() {
+    chroot "$root" apt-get install -y -qq \
+        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
+}
 as_cutout() { chroot --userspec=cutout:cutout "$root" "$@"; }
 cli() { as_cutout cutout --config /etc/cutout/cutout.toml "$@"; }
 used() { cli usage booth | awk '{print $3}'; }
@@ -92,7 +99,7 @@ if [ -n "$previous" ]; then
     echo "# edited on the previous version" >> "$root/etc/cutout/cutout.toml"
     edited=$(sha256sum < "$root/etc/cutout/cutout.toml")
     before=$(used)
-    chroot "$root" apt-get install -y -qq --reinstall /tmp/cutout.deb
+    upgrade_to --reinstall /tmp/cutout.deb
     dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/bin/cutout | cmp - "$root/usr/bin/cutout"
     test "$(sha256sum < "$root/etc/cutout/cutout.toml")" = "$edited"
     test "$(cli tls fingerprint)" = "$fingerprint"
@@ -123,7 +130,7 @@ dpkg-deb -R "$deb" "$root/tmp/next"
 sed -i 's/^Version: .*/&+next/' "$root/tmp/next/DEBIAN/control"
 dpkg-deb -b -Znone "$root/tmp/next" "$root/tmp/cutout-next.deb" >/dev/null
 rm -rf "$root/tmp/next"
-chroot "$root" apt-get install -y -qq /tmp/cutout-next.deb
+upgrade_to /tmp/cutout-next.deb
 test "$(chroot "$root" dpkg-query -W -f '${Version}' cutout)" = "$(dpkg-deb -f "$deb" Version)+next"
 test "$(sha256sum < "$root/etc/cutout/cutout.toml")" = "$edited"
 test "$(cli tls fingerprint)" = "$fingerprint"
