@@ -4,8 +4,8 @@
 use crate::board::{Board, Installed, Report};
 use crate::clock::Clock;
 use crate::config::{Config, Settings, DEFAULT_CONFIG_FILE, DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR};
-use crate::domain::{utc_date, AccountName, KeyLabel, Month, SizeMode, SubjectType};
-use crate::engine::{EngineKind, Manifest, OnnxRuntimeTrial};
+use crate::domain::{utc_date, utc_datetime, AccountName, KeyLabel, Month, SizeMode, SubjectType};
+use crate::engine::{killed_for_memory, EngineKind, Manifest, OnnxRuntimeTrial};
 use crate::imaging::Finish;
 use crate::ladder;
 use crate::pipeline::{Loader, Pipeline};
@@ -329,6 +329,7 @@ fn settings(cli: &Cli) -> Result<Settings> {
     settings.config_file = config_file;
     if matches!(cli.command, Command::Serve { .. }) {
         fall_back_from_a_crashing_onnxruntime(&mut settings);
+        fall_back_from_loads_killed_for_memory(&mut settings);
     }
     Ok(settings)
 }
@@ -352,6 +353,44 @@ fn fall_back_from_a_crashing_onnxruntime(settings: &mut Settings) {
         }
     }
     settings.engine_note = Some(why);
+}
+
+/// Where a load of a model was killed for memory (engine/killed.rs), this
+/// start and the next serve without it; where it is `type=auto`'s, with
+/// the smallest model on tract, which a board too small for IS-Net gets.
+fn fall_back_from_loads_killed_for_memory(settings: &mut Settings) {
+    let killed = killed_for_memory(&settings.data_dir, Clock::default().now_unix());
+    let Some(last) = killed.last() else {
+        return;
+    };
+    let manifest = Manifest::builtin();
+    let auto = manifest
+        .model(settings.model.as_deref())
+        .map(|m| m.name.clone());
+    let names: Vec<String> = killed.iter().map(|k| k.model.clone()).collect();
+    let listed = killed
+        .iter()
+        .map(|k| format!("{} on {}", k.model, k.engine))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut note = format!(
+        "The kernel killed this appliance for memory while it loaded {listed} (the last found \
+         at {}): served without ",
+        utc_datetime(last.at)
+    );
+    let smallest = "u2netp";
+    match auto {
+        Some(auto) if names.contains(&auto) && auto != smallest => {
+            note.push_str(&format!("it, with {smallest} on tract in place of {auto}"));
+            settings.model = Some(smallest.into());
+            settings.engine.kind = EngineKind::Tract;
+        }
+        _ => note.push_str("it"),
+    }
+    note.push_str(". Free memory, then try again from the Status page.");
+    log::error!("{note}");
+    settings.killed_models = names;
+    settings.memory_note = Some(note);
 }
 
 impl Cli {
@@ -816,6 +855,7 @@ fn remove(
         models_dir: settings.models_dir.clone(),
         engine: settings.engine.clone(),
         trial: None,
+        loads: None,
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
     if let Some(name) = rung {

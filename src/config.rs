@@ -74,6 +74,10 @@ pub struct Settings {
     pub board: Option<BoardFound>,
     /// Why the engine is not the configured one, when it is not.
     pub engine_note: Option<String>,
+    /// The models a load of was killed for memory (`engine::killed`), and
+    /// what this start serves instead; `cutout serve` finds them.
+    pub killed_models: Vec<String>,
+    pub memory_note: Option<String>,
     pub pipeline: PipelineSettings,
     /// The networks `image_url` and `bg_image_url` may be fetched from;
     /// empty, neither is fetched.
@@ -777,6 +781,8 @@ impl Settings {
             mdns: config.mdns,
             board: None,
             engine_note: None,
+            killed_models: Vec::new(),
+            memory_note: None,
             pipeline,
             fetch_allow,
             button: config.button,

@@ -858,6 +858,7 @@ pub fn measure_one(
             onnxruntime_library: settings.engine.onnxruntime_library.clone(),
         },
         trial: None,
+        loads: None,
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX).with_every_view();
     if let Some(rung) = rung {

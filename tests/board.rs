@@ -25,7 +25,9 @@
 #[allow(dead_code, unused_imports)]
 mod helpers;
 
-use helpers::{cli_account, costliest_requests, raw_request, read_reply, Costly, Multipart, Reply};
+use helpers::{
+    cli_account, costliest_requests, raw_request, read_reply, Cgroup, Costly, Multipart, Reply,
+};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -119,87 +121,6 @@ fn board_models() -> PathBuf {
 
 fn qemu() -> Command {
     Command::new("qemu-aarch64-static")
-}
-
-/// A memory cgroup (v1) with a limit; what it starts runs inside it.
-struct Cgroup {
-    dir: PathBuf,
-}
-
-impl Cgroup {
-    fn new(name: &str, limit_mib: u64) -> Cgroup {
-        let dir = Path::new("/sys/fs/cgroup/memory").join(format!("cutout-test-{name}"));
-        if dir.exists() {
-            // Left by a test run that was killed: emptied and removed, as
-            // it would have been.
-            drop(Cgroup { dir: dir.clone() });
-        }
-        std::fs::create_dir(&dir).expect(NEEDS);
-        std::fs::write(
-            dir.join("memory.limit_in_bytes"),
-            (limit_mib << 20).to_string(),
-        )
-        .unwrap();
-        // No swap to spill into, where the kernel accounts for it.
-        let _ = std::fs::write(
-            dir.join("memory.memsw.limit_in_bytes"),
-            (limit_mib << 20).to_string(),
-        );
-        Cgroup { dir }
-    }
-
-    /// `program args…`, started inside the cgroup.
-    fn command(&self, program: &Path) -> Command {
-        let mut command = Command::new("sh");
-        command.args([
-            "-c",
-            &format!(
-                "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
-                self.dir.display()
-            ),
-        ]);
-        command.arg(program);
-        command
-    }
-
-    fn read(&self, file: &str) -> String {
-        std::fs::read_to_string(self.dir.join(file)).unwrap()
-    }
-
-    fn oom_kills(&self) -> u64 {
-        let control = self.read("memory.oom_control");
-        control
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .expect("a kernel that counts OOM kills (4.13+)")
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
-    fn peak_mib(&self) -> u64 {
-        self.read("memory.max_usage_in_bytes")
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-            >> 20
-    }
-
-    fn empty(&self) {
-        for pid in self.read("cgroup.procs").lines() {
-            let _ = Command::new("kill").args(["-9", pid]).status();
-        }
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        self.empty();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
 }
 
 /// The packaged configuration, pointed at this test's directories and

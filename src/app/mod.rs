@@ -16,7 +16,7 @@ use crate::backup::schedule::Scheduled;
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::domain::SubjectType;
-use crate::engine::{Engine, InferError, Manifest, OnnxRuntimeTrial, Readiness};
+use crate::engine::{Engine, InferError, LoadWatch, Manifest, OnnxRuntimeTrial, Readiness};
 use crate::led;
 use crate::pairing::{Pairings, PendingView};
 use crate::pipeline::{Loader, Models, Pipeline};
@@ -59,6 +59,8 @@ pub struct AppState {
     pub board: Option<String>,
     /// Why the engine is not the configured one, when it is not.
     pub engine_note: Option<String>,
+    /// The models killed for memory while loading, and what serves instead.
+    pub memory_note: Option<String>,
     /// Where `cutout bench` leaves its report.
     pub data_dir: PathBuf,
     /// What a backup from the dashboard holds, and where it is.
@@ -136,12 +138,14 @@ impl AppState {
         tls: Option<TlsInfo>,
     ) -> Result<Arc<AppState>> {
         let manifest = Manifest::builtin();
-        let models = manifest.models_for(
-            settings.model.as_deref(),
-            settings.general_fits(),
-            settings.engine.kind,
-            &settings.models_dir,
-        )?;
+        let models = manifest
+            .models_for(
+                settings.model.as_deref(),
+                settings.general_fits(),
+                settings.engine.kind,
+                &settings.models_dir,
+            )?
+            .without(&settings.killed_models);
         let store = store::open(&settings.store, &settings.data_dir)
             .with_context(|| format!("opening the database in {}", settings.data_dir.display()))?;
         let pipeline = match engine {
@@ -168,6 +172,7 @@ impl AppState {
                     models_dir: settings.models_dir.clone(),
                     engine: settings.engine.clone(),
                     trial: Some(OnnxRuntimeTrial::new(&settings.data_dir)),
+                    loads: Some(LoadWatch::new(&settings.data_dir)),
                 }),
                 settings.inference_workers,
                 settings.queue_capacity,
@@ -203,6 +208,7 @@ impl AppState {
                 .as_ref()
                 .map(|board| format!("{}; so by default {}", board.description, board.defaults)),
             engine_note: settings.engine_note.clone(),
+            memory_note: settings.memory_note.clone(),
             data_dir: settings.data_dir.clone(),
             backup_sources: crate::backup::Sources::of(settings),
             backups: settings.backup.clone().map(|s| Arc::new(Scheduled::new(s))),
@@ -239,6 +245,11 @@ impl AppState {
             }
         });
         Ok(state)
+    }
+
+    /// The next start loads the models killed for memory again.
+    pub fn forget_killed_for_memory(&self) -> std::io::Result<()> {
+        crate::engine::forget_killed(&self.data_dir)
     }
 
     pub fn is_stopping(&self) -> bool {

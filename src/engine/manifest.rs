@@ -448,11 +448,46 @@ impl Models {
             in_median: Vec::new(),
         }
     }
+
+    /// These models less the ones named in `killed` (killed for memory
+    /// while loading, `engine::killed`): `type=person` and `type=general`
+    /// get `type=auto`'s model in their place, the blend and the median
+    /// go without them. `auto`'s own is replaced by the settings.
+    pub fn without(mut self, killed: &[String]) -> Models {
+        let gone = |spec: &ModelSpec| killed.contains(&spec.name);
+        if gone(&self.person) {
+            self.person = self.auto.clone();
+        }
+        if gone(&self.general) {
+            self.general = self.auto.clone();
+        }
+        self.blended.retain(|spec| !gone(spec));
+        self.in_median.retain(|spec| !gone(spec));
+        self
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn models_killed_for_memory_are_left_out_and_autos_serves_their_types() {
+        let none = tempfile::tempdir().unwrap();
+        let for_isnet = || {
+            let m = Manifest::builtin();
+            m.models_for(Some("isnet"), true, EngineKind::Onnxruntime, none.path())
+                .unwrap()
+        };
+        let killed = for_isnet().without(&["modnet".into(), "u2netp".into()]);
+        assert_eq!(killed.person.name, "isnet");
+        assert_eq!(killed.general.name, "isnet");
+        assert!(killed.blended.is_empty());
+        let others = for_isnet().without(&["isnet-int8".into()]);
+        assert_eq!(others.person.name, "modnet");
+        assert_eq!(others.blended.len(), 1);
+        assert_eq!(others.in_median.len(), 1);
+    }
 
     #[test]
     fn the_builtin_manifest_parses_and_its_default_exists() {

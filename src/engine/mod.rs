@@ -3,6 +3,7 @@
 //! time), and the inference pool every request shares.
 
 mod inference;
+mod killed;
 mod manifest;
 mod onnxruntime;
 pub mod preprocess;
@@ -11,6 +12,7 @@ mod trial;
 
 pub use crate::config::{EngineChoice, EngineKind};
 pub use inference::{InferError, Inference, Readiness};
+pub use killed::{forget_killed, killed_for_memory, Killed, LoadWatch, KILLED_FILE};
 pub use manifest::{
     Agree, Blend, Doubt, InputFilter, InputSpec, Manifest, Median, ModelSpec, Models, OutputKind,
     Peer, Peers, RuntimeSpec, SecondOpinion,

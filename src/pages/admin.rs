@@ -366,6 +366,9 @@ pub struct StatusView {
     pub board: Option<String>,
     /// Why the engine is not the configured one, when it is not.
     pub engine_note: Option<String>,
+    /// The models killed for memory while loading, while the appliance
+    /// serves without them.
+    pub memory_note: Option<String>,
     /// `cutout bench`'s last report.
     pub bench: Option<crate::board::Report>,
     /// What `type=auto` serves, why, and what a larger budget would buy.
@@ -386,6 +389,16 @@ pub fn status_page(csrf: &str, s: &StatusView, flash: Option<&str>) -> Markup {
                 @if let Some(note) = &s.engine_note { p.note { (note) } }
             }
             @if let Some(board) = &s.board { dt { "Board" } dd { (board) } }
+            @if let Some(note) = &s.memory_note {
+                dt { "Killed for memory" }
+                dd {
+                    form.inline method="post" action="/admin/status/killed-for-memory" {
+                        (csrf_field(csrf))
+                        p.note { (note) }
+                        button type="submit" { "Try them again at the next start" }
+                    }
+                }
+            }
             dt { "Model load time" }
             dd { (s.model_load.map_or("not loaded".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()))) }
             dt { "Database" } dd { (s.database) }

@@ -19,8 +19,8 @@ use crate::engine::preprocess::{
 };
 pub use crate::engine::Models;
 use crate::engine::{
-    self, Blend, EngineChoice, EngineKind, InferError, Inference, InputFilter, InputSpec, Median,
-    ModelSpec, OnnxRuntimeTrial, Readiness,
+    self, Blend, EngineChoice, EngineKind, InferError, Inference, InputFilter, InputSpec,
+    LoadWatch, Median, ModelSpec, OnnxRuntimeTrial, Readiness,
 };
 use crate::error::{ApiError, OptionField};
 use crate::imaging::{self, Background, DecodeError, Finish, FinishError, GeometryError};
@@ -96,6 +96,8 @@ pub struct Loader {
     pub engine: EngineChoice,
     /// Set where a crash inside ONNX Runtime must not become a crash loop.
     pub trial: Option<OnnxRuntimeTrial>,
+    /// Set where a load killed for memory must not become a kill loop.
+    pub loads: Option<LoadWatch>,
 }
 
 pub struct Pipeline {
@@ -318,8 +320,15 @@ impl Pipeline {
             if let Some(trial) = self.trial() {
                 trial.begin(&model.spec.name);
             }
+            if let Some(loads) = &loader.loads {
+                loads.begin(&model.spec.name, loader.engine.kind);
+            }
             let started = Instant::now();
-            match engine::load(&model.spec, &loader.models_dir, &loader.engine) {
+            let loaded = engine::load(&model.spec, &loader.models_dir, &loader.engine);
+            if let Some(loads) = &loader.loads {
+                loads.end(&model.spec.name);
+            }
+            match loaded {
                 Ok(engine) => {
                     let elapsed = started.elapsed();
                     log::info!(

@@ -235,3 +235,87 @@ fn a_request_over_the_budget_is_refused_for_what_it_needs_and_a_long_line_gets_5
         );
     }
 }
+
+/// IS-Net on tract configured where the memory holds U2NetP but not IS-Net
+/// loading (a 200 MiB limit: measured, IS-Net's load was killed at 120-200
+/// MiB and loaded at 300): the kernel kills the first start while it
+/// loads; the next one, as systemd's `Restart=` starts it, serves U2NetP on
+/// tract instead of dying the same way, and says why in the log and on the
+/// Status page, until the operator tries again.
+#[test]
+fn a_model_load_killed_for_memory_is_reported_and_the_next_start_serves_one_that_fits() {
+    use std::os::unix::process::ExitStatusExt;
+    let data = tempfile::tempdir().unwrap();
+    let key = cli_account(data.path(), "booth", "pro");
+    let password = "a long operator passphrase";
+    assert!(cli_set_password(data.path(), &format!("{password}\n"))
+        .status
+        .success());
+    let isnet = ["--model", "isnet", "--engine", "tract"];
+    let board = Cgroup::new("killed-load", 200);
+
+    let mut first = board
+        .command(std::path::Path::new(env!("CARGO_BIN_EXE_cutout")))
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("--models-dir")
+        .arg(models_dir())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(isnet)
+        .env("CUTOUT_MDNS_ENABLED", "false")
+        .env("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "false")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = first.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "IS-Net loaded in 200 MiB"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+    assert!(board.oom_kills() >= 1);
+    assert!(board.peak_mib() >= 190, "{} MiB", board.peak_mib());
+
+    let second = Server::start_in(&board, data.path(), &isnet);
+    let log = second.log_once_it_says("model u2netp loaded on tract-onnx");
+    assert!(
+        log.contains("killed this appliance for memory while it loaded isnet on tract"),
+        "{log}"
+    );
+    assert!(
+        log.contains("with u2netp on tract in place of isnet"),
+        "{log}"
+    );
+    let mut form = Multipart::new();
+    form.file("image_file", &jpeg(320, 240));
+    let reply = post_form(second.addr, Some(&key), &form);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-model"), Some("u2netp"));
+
+    let operator = Browser::at(second.addr);
+    assert_eq!(operator.sign_in("admin", password).status, 303);
+    let page = operator.get("/admin/status").text();
+    assert!(page.contains("Killed for memory"), "{page}");
+    assert!(page.contains("while it loaded isnet on tract"), "{page}");
+    let csrf = operator.csrf("/admin/status");
+    let cleared = operator.post("/admin/status/killed-for-memory", &[("csrf", &csrf)]);
+    assert_eq!(cleared.status, 303);
+    let page = operator.get("/admin/status?done=killed-forgotten").text();
+    assert!(
+        page.contains("The next start loads those models again"),
+        "{page}"
+    );
+    assert!(!data.path().join(cutout::engine::KILLED_FILE).exists());
+    second.stop();
+
+    // With the memory for it, the next start loads IS-Net again.
+    drop(board);
+    let third = Server::start(data.path(), "info", &isnet);
+    third.log_once_it_says("model isnet loaded on tract-onnx");
+}

@@ -21,6 +21,14 @@ pub(super) fn admin(cx: &Ctx, request: &mut Request, method: &Method, rest: &[&s
             }
             Ok(redirect("/admin/status?done=replaced-deleted"))
         }
+        ["status", "killed-for-memory"] if post => {
+            cx.fields(request)?;
+            cx.state.forget_killed_for_memory().map_err(Failure::Disk)?;
+            log::info!(
+                "operator cleared the models killed for memory: tried again at the next start"
+            );
+            Ok(redirect("/admin/status?done=killed-forgotten"))
+        }
         ["status", "plain-http"] if post => {
             let to = if cx.fields(request)?.get("api") == "on" {
                 "on"
@@ -367,6 +375,7 @@ pub(super) fn status_view(cx: &Ctx) -> Result<StatusView, Failure> {
         },
         board: state.board.clone(),
         engine_note: state.engine_note.clone(),
+        memory_note: state.memory_note.clone(),
         bench: crate::board::Report::load(&state.data_dir),
         replaced: crate::backup::replaced(&state.data_dir),
         backups: state

@@ -251,6 +251,9 @@ fn flash(request: &Request) -> Option<&'static str> {
         "replaced-deleted" => {
             "Deleted what the restore replaced. The restore can no longer be undone."
         }
+        "killed-forgotten" => {
+            "The next start loads those models again. Restart the service when memory is free."
+        }
         "plain-http-off" => {
             "Plain HTTP is off for the API. Keys sent there now get 403 plain_http_off."
         }

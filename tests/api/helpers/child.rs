@@ -49,6 +49,13 @@ impl Server {
         Server::spawn(command, data, &models_dir(), "info", extra, env)
     }
 
+    /// `start` inside `cgroup`'s memory limit, as a unit's `MemoryMax`
+    /// or a small board holds it, with `RUST_LOG=info`.
+    pub fn start_in(cgroup: &super::Cgroup, data: &std::path::Path, extra: &[&str]) -> Server {
+        let command = cgroup.command(std::path::Path::new(env!("CARGO_BIN_EXE_cutout")));
+        Server::spawn(command, data, &models_dir(), "info", extra, &[])
+    }
+
     /// Sends SIGTERM, as `systemctl stop` does; how long until it exited,
     /// whether it exited with success, and its log.
     pub fn stop(mut self) -> (Duration, bool, String) {
@@ -112,7 +119,12 @@ impl Server {
             .arg(data)
             .arg("--models-dir")
             .arg(models)
-            .args(["serve", "--listen", "127.0.0.1:0", "--model", "u2netp"])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(if extra.contains(&"--model") {
+                &[][..]
+            } else {
+                &["--model", "u2netp"]
+            })
             .args(extra)
             .env("NOTIFY_SOCKET", &socket)
             .env("CUTOUT_MDNS_ENABLED", "false")

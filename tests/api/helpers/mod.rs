@@ -7,6 +7,7 @@
 
 mod app;
 mod browser;
+mod cgroup;
 mod child;
 mod haproxy;
 mod http;
@@ -17,6 +18,7 @@ mod web;
 
 pub use app::*;
 pub use browser::*;
+pub use cgroup::*;
 pub use child::*;
 pub use haproxy::*;
 pub use http::*;
