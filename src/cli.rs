@@ -120,8 +120,9 @@ enum Command {
         /// tract or onnxruntime [env: CUTOUT_ENGINE; default: tract].
         #[arg(long)]
         engine: Option<EngineKind>,
-        /// Serve `type=auto` with this rung of its ladder (see `cutout
-        /// ladder`) [default: the best, whatever its time].
+        /// Serve with this rung of the type's ladder: `type=auto`'s (see
+        /// `cutout ladder`), or `type=person`'s, `median` or `alone`
+        /// [default: the best, whatever its time].
         #[arg(long)]
         rung: Option<String>,
     },
@@ -835,8 +836,8 @@ fn remove(
         SizeMode::parse(size).ok_or_else(|| anyhow!("--size must be auto, preview or full"))?;
     let subject = SubjectType::parse(subject)
         .ok_or_else(|| anyhow!("--type must be auto, person or general"))?;
-    if rung.is_some() && subject != SubjectType::Auto {
-        bail!("--rung is a rung of --type auto's ladder");
+    if rung.is_some() && subject == SubjectType::General {
+        bail!("--rung is a rung of --type auto's or --type person's ladder");
     }
     let into_dir = inputs.len() > 1 || output.is_dir();
     if inputs.len() > 1 && !output.is_dir() {
@@ -859,13 +860,20 @@ fn remove(
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
     if let Some(name) = rung {
-        let rungs = pipeline.rungs();
-        let names: Vec<&str> = rungs.iter().map(|r| r.name()).collect();
-        let rung = rungs
-            .iter()
-            .find(|r| r.name() == name)
-            .ok_or_else(|| anyhow!("no rung {name:?} here; the ladder has {}", names.join(", ")))?;
-        pipeline.serve(*rung);
+        let unknown = |names: Vec<&str>| {
+            anyhow!("no rung {name:?} here; the ladder has {}", names.join(", "))
+        };
+        if subject == SubjectType::Person {
+            let rungs = pipeline.person_rungs();
+            let found = rungs.iter().find(|r| r.name() == name);
+            let names = rungs.iter().map(|r| r.name()).collect();
+            pipeline.serve_person(*found.ok_or_else(|| unknown(names))?);
+        } else {
+            let rungs = pipeline.rungs();
+            let found = rungs.iter().find(|r| r.name() == name);
+            let names = rungs.iter().map(|r| r.name()).collect();
+            pipeline.serve(*found.ok_or_else(|| unknown(names))?);
+        }
     }
     // Loaded before the first photo, so that its time is not the photo's.
     let loaded = pipeline.load(subject).unwrap_or_default();

@@ -300,7 +300,8 @@ fn cutout_ladder_shows_each_rung_and_which_serves_on_a_named_board() {
     assert!(stderr.contains("--budget must be"), "{stderr}");
 }
 
-/// `cutout remove --rung` cuts out with that rung of `type=auto`'s ladder.
+/// `cutout remove --rung` cuts out with that rung of `type=auto`'s ladder,
+/// or of `type=person`'s.
 #[test]
 fn cutout_remove_serves_the_rung_it_is_given() {
     let dir = tempfile::tempdir().unwrap();
@@ -333,10 +334,22 @@ fn cutout_remove_serves_the_rung_it_is_given() {
         stderr.contains("no rung \"quick\" here; the ladder has views, one-view, alone, fast"),
         "{stderr}"
     );
+    let (code, stderr) = remove(&["--rung", "median", "--type", "person"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("with modnet+u2netp on"), "{stderr}");
+    let (code, stderr) = remove(&["--rung", "alone", "--type", "person"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("with modnet on"), "{stderr}");
     let (code, stderr) = remove(&["--rung", "fast", "--type", "person"]);
     assert_eq!(code, Some(1));
     assert!(
-        stderr.contains("--rung is a rung of --type auto's ladder"),
+        stderr.contains("no rung \"fast\" here; the ladder has median, alone"),
+        "{stderr}"
+    );
+    let (code, stderr) = remove(&["--rung", "alone", "--type", "general"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("--rung is a rung of --type auto's or --type person's ladder"),
         "{stderr}"
     );
 }
