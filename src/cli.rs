@@ -162,9 +162,12 @@ enum Command {
         model: String,
         engine: EngineKind,
         photo: PathBuf,
-        /// One rung of `type=auto`'s ladder, every view of it, instead.
+        /// One rung of `type`'s ladder, every view of it, instead.
         #[arg(long)]
         rung: Option<String>,
+        /// auto or person: whose ladder `rung` is.
+        #[arg(long = "type", default_value = "auto")]
+        subject: String,
         /// The process that measures: this one ends when it does.
         #[arg(long)]
         parent: Option<u32>,
@@ -443,6 +446,7 @@ pub fn run(cli: Cli) -> Result<()> {
             engine,
             photo,
             rung,
+            subject,
             parent,
         } => {
             if let Some(parent) = parent {
@@ -450,8 +454,9 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             let rung = match rung {
                 Some(name) => Some(
-                    crate::pipeline::Rung::parse(&name)
-                        .ok_or_else(|| anyhow!("no rung {name:?}"))?,
+                    SubjectType::parse(&subject)
+                        .and_then(|subject| ladder::LadderRung::parse(subject, &name))
+                        .ok_or_else(|| anyhow!("no rung {name:?} of type={subject}"))?,
                 ),
                 None => None,
             };
@@ -778,7 +783,7 @@ fn bench(settings: &Settings, now: i64, seconds: u64, save_photo: Option<&Path>)
         let engine = settings.engine.kind;
         let budget_seconds = settings.pipeline.budget_seconds;
         eprintln!(
-            "type=auto's rungs for {model} on {engine} within the {budget_seconds} s budget, cheapest first; every view, the faster of two runs"
+            "type=auto's and type=person's rungs for {model} on {engine} within the {budget_seconds} s budget, cheapest first; every view, the faster of two runs"
         );
         let ladder = ladder::measure_ladder(
             settings,

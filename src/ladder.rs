@@ -3,8 +3,8 @@
 //! or estimated from its counted multiply-adds and published rates, and
 //! the choice of the best rung within `pipeline.budget_seconds`. `serve`,
 //! `cutout bench` and `cutout ladder` all go through here; what each rung
-//! runs is the pipeline's (`pipeline::rungs`). `type=person`'s two rungs
-//! are chosen the same way, on the paper estimate alone.
+//! runs is the pipeline's (`pipeline::rungs`). `type=person`'s rungs are
+//! timed and chosen the same way.
 
 use crate::board::{known_board, LadderReport, Measurement, RungRow};
 use crate::config::Settings;
@@ -23,6 +23,47 @@ const MAX_PHOTO_BYTES: usize = 10 * 1024 * 1024 - 64 * 1024;
 
 /// The test photo's size: a phone's 12 MP, 4:3; the paper estimate's too.
 const PHOTO_SIZE: (u32, u32) = (4000, 3000);
+
+/// A rung of `type=auto`'s ladder or of `type=person`'s: what `cutout
+/// bench-one` times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LadderRung {
+    Auto(Rung),
+    Person(PersonRung),
+}
+
+impl LadderRung {
+    /// `type`'s rung called `name`.
+    pub fn parse(subject: SubjectType, name: &str) -> Option<LadderRung> {
+        match subject {
+            SubjectType::Auto => Rung::parse(name).map(LadderRung::Auto),
+            SubjectType::Person => PersonRung::parse(name).map(LadderRung::Person),
+            SubjectType::General => None,
+        }
+    }
+
+    pub fn subject(self) -> SubjectType {
+        match self {
+            LadderRung::Auto(_) => SubjectType::Auto,
+            LadderRung::Person(_) => SubjectType::Person,
+        }
+    }
+
+    /// The `type` whose ladder it is, as the API names it.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            LadderRung::Auto(_) => "auto",
+            LadderRung::Person(_) => "person",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LadderRung::Auto(rung) => rung.name(),
+            LadderRung::Person(rung) => rung.name(),
+        }
+    }
+}
 
 /// A 12 MP (4000×3000) JPEG just under the API's 10 MB limit: a subject on
 /// a graded background, with grain as a real sensor's, so that decoding
@@ -118,11 +159,12 @@ pub fn choose<R: Copy>(rungs: &[(R, Option<Seconds>)], budget: f64) -> Choice<R>
     }
 }
 
-/// Times each rung of `type=auto` for `model` on the configured engine
-/// with the photo at `photo`, cheapest first, each in a child process at the lowest CPU
-/// priority (so that requests served meanwhile go first); stops after the
-/// first rung over `budget_seconds`, as the dearer ones cannot fit, or
-/// when `stop` says so. A rung still running when `time_left` is up is
+/// Times each rung of `type=auto`, then of `type=person`, for `model` on
+/// the configured engine with the photo at `photo`, cheapest first, each
+/// in a child process at the lowest CPU priority (so that requests served
+/// meanwhile go first); past the first rung of a ladder over
+/// `budget_seconds` the dearer ones of it are not timed, as they cannot
+/// fit; all stops when `stop` says so. A rung still running when `time_left` is up is
 /// stopped, and those after it skipped. `progress` sees each row as it is
 /// done.
 pub fn measure_ladder(
@@ -138,31 +180,41 @@ pub fn measure_ladder(
     let engine = settings.engine.kind;
     let started = Instant::now();
     let mut rows = Vec::new();
-    let mut over: Option<String> = None;
-    for rung in pipeline.rungs().into_iter().rev() {
-        let left = time_left.saturating_sub(started.elapsed());
-        let outcome = match &over {
-            Some(cheaper) => Measurement::Not(format!("{cheaper} is over the budget already")),
-            None if left.is_zero() => Measurement::Not("out of time".into()),
-            None => measure_in_child(settings, model, engine, photo, Some(rung), left, stop)
-                .unwrap_or_else(|e| Measurement::Not(format!("{e:#}"))),
-        };
-        if let Measurement::Measured { seconds, .. } = outcome {
-            if seconds > budget_seconds {
-                over = Some(rung.name().to_owned());
+    let ladders: [Vec<LadderRung>; 2] = [
+        pipeline.rungs().into_iter().map(LadderRung::Auto).collect(),
+        (pipeline.person_rungs().into_iter())
+            .map(LadderRung::Person)
+            .collect(),
+    ];
+    for ladder in ladders {
+        let mut over: Option<&str> = None;
+        let mut timed = Vec::new();
+        for rung in ladder.into_iter().rev() {
+            let left = time_left.saturating_sub(started.elapsed());
+            let outcome = match over {
+                Some(cheaper) => Measurement::Not(format!("{cheaper} is over the budget already")),
+                None if left.is_zero() => Measurement::Not("out of time".into()),
+                None => measure_in_child(settings, model, engine, photo, Some(rung), left, stop)
+                    .unwrap_or_else(|e| Measurement::Not(format!("{e:#}"))),
+            };
+            if let Measurement::Measured { seconds, .. } = outcome {
+                if seconds > budget_seconds {
+                    over = Some(rung.name());
+                }
+            }
+            let row = RungRow {
+                subject: rung.type_name().to_owned(),
+                rung: rung.name().to_owned(),
+                outcome,
+            };
+            progress(&row);
+            timed.push(row);
+            if stop() {
+                bail!("stopped");
             }
         }
-        let row = RungRow {
-            rung: rung.name().to_owned(),
-            outcome,
-        };
-        progress(&row);
-        rows.push(row);
-        if stop() {
-            bail!("stopped");
-        }
+        rows.extend(timed.into_iter().rev());
     }
-    rows.reverse();
     Ok(LadderReport {
         model: model.to_owned(),
         engine: engine.to_string(),
@@ -199,7 +251,7 @@ pub fn rung_seconds(
         .into_iter()
         .map(|rung| {
             let seconds = match measured {
-                Some(ladder) => ladder.seconds(rung.name()).map(|seconds| Seconds {
+                Some(ladder) => ladder.seconds("auto", rung.name()).map(|seconds| Seconds {
                     seconds,
                     measured: true,
                 }),
@@ -228,19 +280,33 @@ fn paper_seconds(
     })
 }
 
-/// `type=person`'s rungs here with their seconds for a 12 MP photo, on
-/// paper (`cutout bench` does not time them).
+/// `type=person`'s rungs here with their seconds for a 12 MP photo, as
+/// `rung_seconds`'s: measured where `ladder` has them, else on paper.
 pub fn person_seconds(
     pipeline: &Pipeline,
     engine: EngineKind,
+    ladder: Option<&LadderReport>,
     board: &str,
 ) -> Vec<(PersonRung, Option<Seconds>)> {
+    let measured = measured_for(ladder, pipeline, engine).filter(|l| l.has("person"));
     pipeline
         .person_rungs()
         .into_iter()
         .map(|rung| {
-            let macs = pipeline.person_rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1);
-            (rung, paper_seconds(board, engine, macs))
+            let seconds = match measured {
+                Some(ladder) => ladder
+                    .seconds("person", rung.name())
+                    .map(|seconds| Seconds {
+                        seconds,
+                        measured: true,
+                    }),
+                None => paper_seconds(
+                    board,
+                    engine,
+                    pipeline.person_rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1),
+                ),
+            };
+            (rung, seconds)
         })
         .collect()
 }
@@ -250,18 +316,23 @@ pub fn person_seconds(
 pub fn best_person_rung(
     pipeline: &Pipeline,
     engine: EngineKind,
+    ladder: Option<&LadderReport>,
     board: &str,
     budget_seconds: f64,
 ) -> (PersonRung, String) {
-    let choice = choose(&person_seconds(pipeline, engine, board), budget_seconds);
+    let choice = choose(
+        &person_seconds(pipeline, engine, ladder, board),
+        budget_seconds,
+    );
     let rung = choice.rung;
     let seconds = choice
         .seconds
-        .map_or("its time here not known".to_owned(), |s| {
-            format!(
+        .map_or("its time here not known".to_owned(), |s| match s.measured {
+            true => format!("{:.1} s a photo, measured on this board", s.seconds),
+            false => format!(
                 "{:.1} s a photo, estimated from published rates for this CPU",
                 s.seconds
-            )
+            ),
         });
     let fit = match choice.fit {
         Fit::NoneFits => {
@@ -438,8 +509,10 @@ pub struct PersonRungView {
     pub runs: String,
     pub gmacs_12mp: f64,
     pub gmacs_frame: f64,
-    /// Seconds for a 12 MP photo, on paper (`None`: not known for this board).
+    /// Seconds for a 12 MP photo (`None`: not known for this board).
     pub seconds: Option<f64>,
+    /// Whether `seconds` were measured on this board, not estimated.
+    pub measured: bool,
     /// MSE and MAD on dev/ppm, where measured.
     pub ppm: Option<Vec<f64>>,
     /// `ppm` over `peer`'s.
@@ -518,7 +591,7 @@ pub fn view(
             }
         })
         .collect();
-    let person = person_view(pipeline, engine, board, budget_seconds);
+    let person = person_view(pipeline, engine, ladder, board, budget_seconds);
     LadderView {
         person,
         board: known.map_or(board, |k| k.name).to_owned(),
@@ -563,10 +636,11 @@ fn serves_mark(rung: &str, serves: &str) -> &'static str {
 fn person_view(
     pipeline: &Pipeline,
     engine: EngineKind,
+    ladder: Option<&LadderReport>,
     board: &str,
     budget_seconds: f64,
 ) -> PersonLadderView {
-    let seconds = person_seconds(pipeline, engine, board);
+    let seconds = person_seconds(pipeline, engine, ladder, board);
     let choice = choose(&seconds, budget_seconds);
     let peers = &Manifest::builtin().peers.peers;
     let peer = peers
@@ -595,6 +669,7 @@ fn person_view(
                 gmacs_12mp: gmacs(rung, PHOTO_SIZE),
                 gmacs_frame: gmacs(rung, FRAME_SIZE),
                 seconds: seconds.map(|s| round(s.seconds, 1)),
+                measured: seconds.is_some_and(|s| s.measured),
                 ppm,
                 ppm_vs_peer: vs_peer,
             }
@@ -666,8 +741,8 @@ impl PersonLadderView {
     fn lines(&self, board: &str, budget: f64) -> Vec<String> {
         let peer = self.peer.as_deref().unwrap_or("no peer");
         let mut lines = vec![format!(
-            "type=person's rungs ({board}), best first; GMACs as above, seconds on paper; MSE and \
-             MAD on dev/ppm, and over {peer}'s:"
+            "type=person's rungs ({board}), best first; GMACs and seconds as above; MSE and MAD \
+             on dev/ppm, and over {peer}'s:"
         )];
         for rung in &self.rungs {
             let ppm = match rung.ppm.as_deref() {
@@ -678,7 +753,7 @@ impl PersonLadderView {
                 Some([mse, mad]) => format!("x peer {mse:.2} {mad:.2}"),
                 _ => String::new(),
             };
-            let seconds = seconds_cell(rung.seconds, false);
+            let seconds = seconds_cell(rung.seconds, rung.measured);
             let serves = serves_mark(&rung.name, &self.serves);
             lines.push(format!(
                 "  {:<9} {:>6.1} {:>6.1} {:>8}   {ppm}   {vs_peer}   {}{serves}",
@@ -709,7 +784,7 @@ pub fn measure_in_child(
     model: &str,
     engine: EngineKind,
     photo: &Path,
-    rung: Option<Rung>,
+    rung: Option<LadderRung>,
     left: Duration,
     stop: &dyn Fn() -> bool,
 ) -> Result<Measurement> {
@@ -729,7 +804,7 @@ struct Child<'a> {
     model: &'a str,
     engine: EngineKind,
     photo: &'a Path,
-    rung: Option<Rung>,
+    rung: Option<LadderRung>,
 }
 
 impl Child<'_> {
@@ -762,7 +837,7 @@ impl Child<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(rung) = rung {
-            command.args(["--rung", rung.name()]);
+            command.args(["--type", rung.type_name(), "--rung", rung.name()]);
         }
         if let Some(library) = &settings.engine.onnxruntime_library {
             command.env("CUTOUT_ONNXRUNTIME_LIBRARY", library);
@@ -835,15 +910,15 @@ pub fn end_with(parent: u32) {
 /// `type=auto` blends) and cuts out the photo; returns the load's and the
 /// cut-out's seconds, and the process's peak resident memory in KiB.
 /// Without `rung`, once, as `type=auto` serves it but without the second
-/// opinion (only some photos ask for it). With `rung`, as that rung with
-/// every view it may run, twice, the faster run counting (the first plans
-/// the sizes).
+/// opinion (only some photos ask for it). With `rung` (of `type=auto`'s
+/// ladder or of `type=person`'s), as that rung with every view it may run,
+/// twice, the faster run counting (the first plans the sizes).
 pub fn measure_one(
     settings: &Settings,
     model: &str,
     engine: EngineKind,
     photo: &Path,
-    rung: Option<Rung>,
+    rung: Option<LadderRung>,
 ) -> Result<(f64, f64, u64)> {
     let mut models =
         Manifest::builtin().models_for(Some(model), true, engine, &settings.models_dir)?;
@@ -861,14 +936,17 @@ pub fn measure_one(
         loads: None,
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX).with_every_view();
-    if let Some(rung) = rung {
-        pipeline.serve(rung);
+    match rung {
+        Some(LadderRung::Auto(rung)) => pipeline.serve(rung),
+        Some(LadderRung::Person(rung)) => pipeline.serve_person(rung),
+        None => {}
     }
-    let mut loaded = pipeline.load(SubjectType::Auto).unwrap_or_default();
-    if rung == Some(Rung::Views) {
+    let subject = rung.map_or(SubjectType::Auto, LadderRung::subject);
+    let mut loaded = pipeline.load(subject).unwrap_or_default();
+    if rung == Some(LadderRung::Auto(Rung::Views)) {
         loaded += pipeline.load(SubjectType::Person).unwrap_or_default();
     }
-    let inference = &pipeline.default_model().inference;
+    let inference = &pipeline.model(subject).inference;
     inference.ready().map_err(|e| anyhow!("{e}"))?;
     let bytes = std::fs::read(photo).with_context(|| format!("reading {}", photo.display()))?;
     let runs = if rung.is_some() { 2 } else { 1 };
@@ -881,7 +959,7 @@ pub fn measure_one(
                 &mut place,
                 &bytes,
                 SizeMode::Auto,
-                SubjectType::Auto,
+                subject,
                 &crate::imaging::Finish::default(),
                 &|| false,
             )
@@ -1020,8 +1098,13 @@ mod tests {
                 && l.ends_with("<- serves")),
             "{table:?}"
         );
-        let (rung, line) =
-            best_person_rung(&pipeline, EngineKind::Onnxruntime, "Raspberry Pi 4", 2.0);
+        let (rung, line) = best_person_rung(
+            &pipeline,
+            EngineKind::Onnxruntime,
+            None,
+            "Raspberry Pi 4",
+            2.0,
+        );
         assert_eq!(rung, PersonRung::Alone);
         assert!(
             line.starts_with("type=person serves alone (modnet alone): 1.0 s"),
@@ -1083,18 +1166,22 @@ mod tests {
             photo: "bench-photo.jpg".into(),
             rows: vec![
                 RungRow {
+                    subject: "auto".into(),
                     rung: "views".into(),
                     outcome: measured(5.2),
                 },
                 RungRow {
+                    subject: "auto".into(),
                     rung: "one-view".into(),
                     outcome: measured(4.3),
                 },
                 RungRow {
+                    subject: "auto".into(),
                     rung: "alone".into(),
                     outcome: measured(2.1),
                 },
                 RungRow {
+                    subject: "auto".into(),
                     rung: "fast".into(),
                     outcome: measured(0.3),
                 },
@@ -1134,6 +1221,33 @@ mod tests {
                 ),
             "{lines:?}"
         );
+        // type=person's rungs: on paper (median, 3.7 s) until the board
+        // timed them, then as timed.
+        let person = |ladder: Option<&LadderReport>| {
+            best_person_rung(&pipeline, EngineKind::Onnxruntime, ladder, pi4, 4.0)
+        };
+        assert_eq!(person(Some(&ladder)).0, PersonRung::Median);
+        for (rung, seconds) in [("median", 4.6), ("alone", 1.2)] {
+            ladder.rows.push(RungRow {
+                subject: "person".into(),
+                rung: rung.into(),
+                outcome: measured(seconds),
+            });
+        }
+        let (rung, line) = person(Some(&ladder));
+        assert_eq!(rung, PersonRung::Alone);
+        assert!(
+            line.contains("1.2 s a photo, measured on this board"),
+            "{line}"
+        );
+        let table = view(&pipeline, EngineKind::Onnxruntime, Some(&ladder), pi4, 4.0).lines();
+        assert!(
+            table
+                .iter()
+                .any(|l| l.starts_with("  median") && l.contains(" 4.6 s ")),
+            "{table:?}"
+        );
+        assert_eq!(person(None).0, PersonRung::Median);
         // Measured for another engine: on paper again.
         ladder.engine = "tract".into();
         let other = seconds(EngineKind::Onnxruntime, Some(&ladder), pi4);

@@ -156,7 +156,7 @@ fn serve_best_rung(state: &AppState, settings: &Settings, report: Option<&Report
     let board = Board::detect().name;
     let (rung, mut lines) = ladder::best_rung(&state.pipeline, engine, ladder, &board, budget);
     state.pipeline.serve(rung);
-    let (person, line) = ladder::best_person_rung(&state.pipeline, engine, &board, budget);
+    let (person, line) = ladder::best_person_rung(&state.pipeline, engine, ladder, &board, budget);
     state.pipeline.serve_person(person);
     lines.push(line);
     for line in &lines {
@@ -216,7 +216,7 @@ fn measure_when_idle(state: &AppState, settings: &Settings) {
     let model = state.pipeline.default_model().spec.name.clone();
     let engine = settings.engine.kind;
     progress(format!(
-        "measuring this board in the background: type=auto's rungs for {model} on {engine}, cheapest first, with {}",
+        "measuring this board in the background: type=auto's and type=person's rungs for {model} on {engine}, cheapest first, with {}",
         photo.display()
     ));
     let measured = ladder::measure_ladder(

@@ -19,9 +19,10 @@ pub struct Report {
     pub ladder: Option<LadderReport>,
 }
 
-/// Each rung of `type=auto` timed on this board, cheapest first, for one
-/// model and engine: every view of the rung runs (the most a photo can
-/// cost), twice, and the faster run counts (the first plans the sizes).
+/// Each rung of `type=auto`, then of `type=person`, timed on this board,
+/// cheapest first, for one model and engine: every view of the rung runs
+/// (the most a photo can cost), twice, and the faster run counts (the
+/// first plans the sizes).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LadderReport {
     pub model: String,
@@ -33,17 +34,30 @@ pub struct LadderReport {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RungRow {
-    /// Its name (`pipeline::Rung`).
+    /// Whose ladder: `auto` or `person` (reports from before `person`'s
+    /// rungs were timed hold `auto`'s alone).
+    #[serde(default = "type_auto")]
+    pub subject: String,
+    /// Its name (`pipeline::Rung`, `pipeline::PersonRung`).
     pub rung: String,
     pub outcome: Measurement,
 }
 
+fn type_auto() -> String {
+    "auto".into()
+}
+
 impl LadderReport {
-    /// The seconds measured for `rung`, if it was.
-    pub fn seconds(&self, rung: &str) -> Option<f64> {
+    /// Whether `subject`'s rungs were timed.
+    pub fn has(&self, subject: &str) -> bool {
+        self.rows.iter().any(|row| row.subject == subject)
+    }
+
+    /// The seconds measured for `subject`'s `rung`, if it was.
+    pub fn seconds(&self, subject: &str, rung: &str) -> Option<f64> {
         self.rows
             .iter()
-            .find(|row| row.rung == rung)
+            .find(|row| row.subject == subject && row.rung == rung)
             .and_then(|row| match row.outcome {
                 Measurement::Measured { seconds, .. } => Some(seconds),
                 Measurement::Not(_) => None,
@@ -59,7 +73,7 @@ impl RungRow {
             } => format!("{seconds:.2} s per photo at most, peak {peak_mib} MiB"),
             Measurement::Not(why) => format!("not measured: {why}"),
         };
-        format!("type=auto as {}: {what}", self.rung)
+        format!("type={} as {}: {what}", self.subject, self.rung)
     }
 }
 

@@ -66,6 +66,10 @@ impl PersonRung {
             PersonRung::Alone => "alone",
         }
     }
+
+    pub fn parse(name: &str) -> Option<PersonRung> {
+        PersonRung::ALL.into_iter().find(|r| r.name() == name)
+    }
 }
 
 impl Pipeline {

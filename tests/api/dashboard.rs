@@ -833,10 +833,12 @@ fn the_status_page_shows_the_board_its_defaults_a_fallback_and_the_last_bench() 
             photo: "bench-photo.jpg".into(),
             rows: vec![
                 RungRow {
+                    subject: "auto".into(),
                     rung: "views".into(),
                     outcome: Measurement::Not("alone is over the budget already".into()),
                 },
                 RungRow {
+                    subject: "auto".into(),
                     rung: "alone".into(),
                     outcome: Measurement::Measured {
                         load_seconds: 3.0,
