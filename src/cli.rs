@@ -382,14 +382,15 @@ fn fall_back_from_loads_killed_for_memory(settings: &mut Settings) {
          at {}): served without ",
         utc_datetime(last.at)
     );
+    note.push_str(if killed.len() > 1 { "them" } else { "it" });
     let smallest = "u2netp";
     match auto {
         Some(auto) if names.contains(&auto) && auto != smallest => {
-            note.push_str(&format!("it, with {smallest} on tract in place of {auto}"));
+            note.push_str(&format!(", with {smallest} on tract in place of {auto}"));
             settings.model = Some(smallest.into());
             settings.engine.kind = EngineKind::Tract;
         }
-        _ => note.push_str("it"),
+        _ => {}
     }
     note.push_str(". Free memory, then try again from the Status page.");
     log::error!("{note}");
