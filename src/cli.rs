@@ -866,20 +866,12 @@ fn remove(
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX);
     if let Some(name) = rung {
-        let unknown = |names: Vec<&str>| {
+        let rungs = ladder::LadderRung::all(&pipeline, subject);
+        let found = rungs.iter().find(|r| r.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = rungs.iter().map(|r| r.name()).collect();
             anyhow!("no rung {name:?} here; the ladder has {}", names.join(", "))
-        };
-        if subject == SubjectType::Person {
-            let rungs = pipeline.person_rungs();
-            let found = rungs.iter().find(|r| r.name() == name);
-            let names = rungs.iter().map(|r| r.name()).collect();
-            pipeline.serve_person(*found.ok_or_else(|| unknown(names))?);
-        } else {
-            let rungs = pipeline.rungs();
-            let found = rungs.iter().find(|r| r.name() == name);
-            let names = rungs.iter().map(|r| r.name()).collect();
-            pipeline.serve(*found.ok_or_else(|| unknown(names))?);
-        }
+        })?;
+        found.serve_on(&pipeline);
     }
     // Loaded before the first photo, so that its time is not the photo's.
     let loaded = pipeline.load(subject).unwrap_or_default();

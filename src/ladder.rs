@@ -63,6 +63,34 @@ impl LadderRung {
             LadderRung::Person(rung) => rung.name(),
         }
     }
+
+    /// `type`'s rungs in `pipeline`, best first (`type=auto`'s for any
+    /// type but `person`).
+    pub fn all(pipeline: &Pipeline, subject: SubjectType) -> Vec<LadderRung> {
+        match subject {
+            SubjectType::Person => (pipeline.person_rungs().into_iter())
+                .map(LadderRung::Person)
+                .collect(),
+            _ => pipeline.rungs().into_iter().map(LadderRung::Auto).collect(),
+        }
+    }
+
+    /// From now on its type is served with it.
+    pub fn serve_on(self, pipeline: &Pipeline) {
+        match self {
+            LadderRung::Auto(rung) => pipeline.serve(rung),
+            LadderRung::Person(rung) => pipeline.serve_person(rung),
+        }
+    }
+
+    /// Its `(f32, int8)` multiply-adds for the 12 MP test photo.
+    fn macs(self, pipeline: &Pipeline) -> (u64, u64) {
+        let (w, h) = PHOTO_SIZE;
+        match self {
+            LadderRung::Auto(rung) => pipeline.rung_macs(rung, w, h),
+            LadderRung::Person(rung) => pipeline.person_rung_macs(rung, w, h),
+        }
+    }
 }
 
 /// A 12 MP (4000×3000) JPEG just under the API's 10 MB limit: a subject on
@@ -180,13 +208,8 @@ pub fn measure_ladder(
     let engine = settings.engine.kind;
     let started = Instant::now();
     let mut rows = Vec::new();
-    let ladders: [Vec<LadderRung>; 2] = [
-        pipeline.rungs().into_iter().map(LadderRung::Auto).collect(),
-        (pipeline.person_rungs().into_iter())
-            .map(LadderRung::Person)
-            .collect(),
-    ];
-    for ladder in ladders {
+    for subject in [SubjectType::Auto, SubjectType::Person] {
+        let ladder = LadderRung::all(&pipeline, subject);
         let mut over: Option<&str> = None;
         let mut timed = Vec::new();
         for rung in ladder.into_iter().rev() {
@@ -245,25 +268,33 @@ pub fn rung_seconds(
     ladder: Option<&LadderReport>,
     board: &str,
 ) -> Vec<(Rung, Option<Seconds>)> {
-    let measured = measured_for(ladder, pipeline, engine);
-    pipeline
-        .rungs()
-        .into_iter()
+    (pipeline.rungs().into_iter())
         .map(|rung| {
-            let seconds = match measured {
-                Some(ladder) => ladder.seconds("auto", rung.name()).map(|seconds| Seconds {
-                    seconds,
-                    measured: true,
-                }),
-                None => paper_seconds(
-                    board,
-                    engine,
-                    pipeline.rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1),
-                ),
-            };
+            let seconds = seconds_here(pipeline, engine, ladder, board, LadderRung::Auto(rung));
             (rung, seconds)
         })
         .collect()
+}
+
+/// `rung`'s seconds for one photo: measured where `ladder` has its type's
+/// rungs for this model and engine, else on paper for `board`.
+fn seconds_here(
+    pipeline: &Pipeline,
+    engine: EngineKind,
+    ladder: Option<&LadderReport>,
+    board: &str,
+    rung: LadderRung,
+) -> Option<Seconds> {
+    let measured = measured_for(ladder, pipeline, engine).filter(|l| l.has(rung.type_name()));
+    match measured {
+        Some(ladder) => ladder
+            .seconds(rung.type_name(), rung.name())
+            .map(|seconds| Seconds {
+                seconds,
+                measured: true,
+            }),
+        None => paper_seconds(board, engine, rung.macs(pipeline)),
+    }
 }
 
 /// The paper estimate of `(f32, int8)` multiply-adds' seconds on `board`'s
@@ -288,24 +319,9 @@ pub fn person_seconds(
     ladder: Option<&LadderReport>,
     board: &str,
 ) -> Vec<(PersonRung, Option<Seconds>)> {
-    let measured = measured_for(ladder, pipeline, engine).filter(|l| l.has("person"));
-    pipeline
-        .person_rungs()
-        .into_iter()
+    (pipeline.person_rungs().into_iter())
         .map(|rung| {
-            let seconds = match measured {
-                Some(ladder) => ladder
-                    .seconds("person", rung.name())
-                    .map(|seconds| Seconds {
-                        seconds,
-                        measured: true,
-                    }),
-                None => paper_seconds(
-                    board,
-                    engine,
-                    pipeline.person_rung_macs(rung, PHOTO_SIZE.0, PHOTO_SIZE.1),
-                ),
-            };
+            let seconds = seconds_here(pipeline, engine, ladder, board, LadderRung::Person(rung));
             (rung, seconds)
         })
         .collect()
@@ -936,10 +952,8 @@ pub fn measure_one(
         loads: None,
     };
     let pipeline = Pipeline::new(models, Some(loader), 1, 0, u64::MAX).with_every_view();
-    match rung {
-        Some(LadderRung::Auto(rung)) => pipeline.serve(rung),
-        Some(LadderRung::Person(rung)) => pipeline.serve_person(rung),
-        None => {}
+    if let Some(rung) = rung {
+        rung.serve_on(&pipeline);
     }
     let subject = rung.map_or(SubjectType::Auto, LadderRung::subject);
     let mut loaded = pipeline.load(subject).unwrap_or_default();
