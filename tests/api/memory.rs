@@ -254,16 +254,8 @@ fn a_model_load_killed_for_memory_is_reported_and_the_next_start_serves_one_that
     let isnet = ["--model", "isnet", "--engine", "tract"];
     let board = Cgroup::new("killed-load", 200);
 
-    let mut first = board
-        .command(std::path::Path::new(env!("CARGO_BIN_EXE_cutout")))
-        .arg("--data-dir")
-        .arg(data.path())
-        .arg("--models-dir")
-        .arg(models_dir())
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(isnet)
-        .env("CUTOUT_MDNS_ENABLED", "false")
-        .env("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "false")
+    let mut cutout = board.command(std::path::Path::new(env!("CARGO_BIN_EXE_cutout")));
+    let mut first = serve_command(&mut cutout, data.path(), &models_dir(), &isnet)
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();

@@ -114,22 +114,8 @@ impl Server {
             .unwrap();
         let log_dir = tempfile::tempdir().unwrap();
         let log = log_dir.path().join("cutout.log");
-        let child = command
-            .arg("--data-dir")
-            .arg(data)
-            .arg("--models-dir")
-            .arg(models)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(if extra.contains(&"--model") {
-                &[][..]
-            } else {
-                &["--model", "u2netp"]
-            })
-            .args(extra)
+        let child = serve_command(&mut command, data, models, extra)
             .env("NOTIFY_SOCKET", &socket)
-            .env("CUTOUT_MDNS_ENABLED", "false")
-            // No board measurement in the background, unless a test asks.
-            .env("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "false")
             .env("RUST_LOG", rust_log)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::null())
@@ -184,6 +170,32 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `command` (the binary, or what execs it) made `cutout serve` of `data`
+/// with `models`: on a free loopback port, U2NetP unless `extra` (more
+/// `serve` options) names a model, not announced, no board measurement in
+/// the background unless a test asks.
+pub fn serve_command<'c>(
+    command: &'c mut std::process::Command,
+    data: &std::path::Path,
+    models: &std::path::Path,
+    extra: &[&str],
+) -> &'c mut std::process::Command {
+    command
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--models-dir")
+        .arg(models)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(if extra.contains(&"--model") {
+            &[][..]
+        } else {
+            &["--model", "u2netp"]
+        })
+        .args(extra)
+        .env("CUTOUT_MDNS_ENABLED", "false")
+        .env("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "false")
 }
 
 /// The resident set of process `pid`, in KiB.
