@@ -310,6 +310,8 @@ clean:
 
 # The .deb on Debian 12 with systemd as PID 1, in qemu (tests/vm/): the unit
 # under its hardening lines, READY=1, the setup code on the console, a
+# scheduled backup to a stick mounted under /media while it runs, that
+# backup restored on a new card's setup page (the exec under the watchdog), a
 # SIGKILL restarted, a stop within TimeoutStopSec, a reboot, three power cuts
 # with cut-outs in flight (database intact, every 200 counted, same engine),
 # purge. Not part of `make test`, for its time: all of it runs under TCG
