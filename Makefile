@@ -316,10 +316,11 @@ clean:
 # with cut-outs in flight (database intact, every 200 counted, same engine),
 # purge. Not part of `make test`, for its time: all of it runs under TCG
 # (software emulation; a PVM /dev/kvm cannot boot a stock kernel). Measured
-# here (2 idle cores): boot 0.6 min, install 3.1, kill 0.2, stop 1.4,
-# reboot 1.1, purge 0.8, and each power cut 15.4, most of it one emulated
-# u2netp cut-out (14.5 min; 23 beside a cargo build): about 55 minutes in
-# all, 85 on a busy machine; POWER_CUTS=1 takes about 25. Making the image
+# here (2 idle cores) before ONNX Runtime's first run moved into the load:
+# boot 0.6 min, install 3.1, kill 0.2, stop 1.4, reboot 1.1, purge 0.8, and
+# each power cut 15.4, most of it one emulated u2netp cut-out (14.5 min; 23
+# beside a cargo build): about 55 minutes in all. Since, each of the run's
+# eight or so starts takes about 12 minutes more (install: 14.7). Making the image
 # (once a week, in $(VM_CACHE)/image) adds 6. Needs root, debootstrap and
 # qemu-system-x86 (from bookworm-backports where qemu-utils is).
 # Log: $(VM_CACHE)/run/test-vm.log.

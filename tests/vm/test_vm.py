@@ -81,7 +81,7 @@ HARDENING_ERRORS = r"Operation not permitted|EPERM|denied|SECCOMP"
 REQUEST_TIMEOUT = 2400
 PROMPT = "root@cutout-vm:~# "
 # A start (the unit's drop-in allows 1200 s): the model's load and its
-# first run, about 6 minutes emulated.
+# first run, about 12 minutes emulated (14.7 for the install stage).
 START_TIMEOUT = 1500
 PASSPHRASE = "stick in the drawer, 2026"
 STICK_DIR = "/media/stick/cutout"
@@ -425,7 +425,7 @@ def main():
             # hours; no self-measurement when idle (12 MP photos on each
             # model, hours under emulation, competing with the requests);
             # and room for a start: its load includes ONNX Runtime's first
-            # run at the model's largest input (its arena), about 6 minutes
+            # run at the model's largest input (its arena), about 12 minutes
             # under TCG against the unit's 180 s. Put in place before the
             # package, so its first start has them.
             guest.sh("mkdir -p /etc/systemd/system/cutout.service.d && printf '%s' "
