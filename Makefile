@@ -316,11 +316,11 @@ clean:
 # with cut-outs in flight (database intact, every 200 counted, same engine),
 # purge. Not part of `make test`, for its time: all of it runs under TCG
 # (software emulation; a PVM /dev/kvm cannot boot a stock kernel). Measured
-# here (2 idle cores) before ONNX Runtime's first run moved into the load:
-# boot 0.6 min, install 3.1, kill 0.2, stop 1.4, reboot 1.1, purge 0.8, and
-# each power cut 15.4, most of it one emulated u2netp cut-out (14.5 min; 23
-# beside a cargo build): about 55 minutes in all. Since, each of the run's
-# eight or so starts takes about 12 minutes more (install: 14.7). Making the image
+# here (2 idle cores): each start of the unit about 12 minutes (the model's
+# load includes ONNX Runtime's first run; install 14.7), the scheduled
+# backup 12.2 with its restart, and each power cut 15.4 plus a start, most
+# of it one emulated u2netp cut-out (14.5 min): about two hours in all
+# (estimated from the stages measured). Making the image
 # (once a week, in $(VM_CACHE)/image) adds 6. Needs root, debootstrap and
 # qemu-system-x86 (from bookworm-backports where qemu-utils is).
 # Log: $(VM_CACHE)/run/test-vm.log.

@@ -80,6 +80,8 @@ HARDENING_ERRORS = r"Operation not permitted|EPERM|denied|SECCOMP"
 # machine; the others of a power cut's series wait behind it.
 REQUEST_TIMEOUT = 2400
 PROMPT = "root@cutout-vm:~# "
+# The journal's line naming the setup code shown on the console.
+SETUP_CODE = r"with the code ([2-9A-Z]{4}-[2-9A-Z]{4}) shown on the board's console"
 # A start (the unit's drop-in allows 1200 s): the model's load and its
 # first run, about 12 minutes emulated (14.7 for the install stage).
 START_TIMEOUT = 1500
@@ -450,7 +452,7 @@ def main():
 
         with stage("setup code"):
             journal = guest.value("journalctl -u cutout -b --no-pager -o cat")
-            m = re.search(r"with the code ([2-9A-Z]{4}-[2-9A-Z]{4}) shown on the board's console", journal)
+            m = re.search(SETUP_CODE, journal)
             check("setup: the journal names a setup code", m, m and m.group(1))
             # /dev/vcs1 is the text on tty1's screen, as a person would see it.
             screen = guest.value("cat /dev/vcs1 | fold -w 80")
@@ -498,7 +500,7 @@ def main():
             fresh = unit("MainPID", "NRestarts")
             check("restore: the new card has a certificate of its own", fingerprint(https_port) != first_fingerprint)
             check("restore: the new card knows no key", key_accepted(port, key) == 403)
-            codes = re.findall(r"with the code ([2-9A-Z]{4}-[2-9A-Z]{4}) shown",
+            codes = re.findall(SETUP_CODE,
                                guest.value("journalctl -u cutout -b --no-pager -o cat"))
             browser = Browser(https_port)
             _, page = browser.open("/setup")
