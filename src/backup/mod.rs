@@ -268,6 +268,13 @@ pub fn stage(appliance: &Sources, passphrase: &str, from: &Path, replace: bool) 
             manifest.schema
         );
     }
+    // The appliance as it was backed up: a part it had none of is put
+    // aside as the others are (and an undo knows what the restore changed).
+    let absent: Vec<&str> = [CERTIFICATE, PRIVATE_KEY, BACKDROPS]
+        .into_iter()
+        .filter(|name| !staging.0.join(name).exists())
+        .collect();
+    write_whole(&staging.0.join(ABSENT), absent.join("\n").as_bytes())?;
     let staged_db = staging.0.join(DATABASE);
     if manifest.accounts_in.is_some() {
         // An appliance of a fleet: its own parts alone.
@@ -322,8 +329,9 @@ pub fn finish_pending(appliance: &Sources) -> Result<Option<Contents>> {
 pub const REPLACED: &str = "replaced-by-restore";
 /// In `REPLACED`: when the restore that replaced it finished (Unix seconds).
 const RESTORED_AT: &str = "restored-at";
-/// In an undo's staging: the parts the appliance had none of before the
-/// restore, which the undo puts aside without putting anything back.
+/// In a staging: the parts the appliance being put back had none of (a
+/// backup without backdrops; before the restore an undo reverses), which
+/// are put aside without putting anything back.
 const ABSENT: &str = "absent";
 
 /// What the last restore replaced, as the Status page shows it.
@@ -918,6 +926,29 @@ mod tests {
         finish_pending(&sources).unwrap();
         let (restored, kept) = whole(dir.path());
         assert_eq!((kept, restored), new_over_old);
+    }
+
+    #[test]
+    fn a_backup_without_backdrops_or_a_certificate_restores_none_and_keeps_the_ones_it_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = appliance(&dir.path().join("backup"), "new");
+        fs::remove_dir_all(new.data_dir.join(BACKDROPS)).unwrap();
+        let backup = dir.path().join("new.backup");
+        let passphrase = "correct horse battery staple";
+        assert_eq!(take(&new, passphrase, &backup, 0).unwrap().backdrops, 0);
+        let old = appliance(dir.path(), "old");
+        let restored = stage(&old, passphrase, &backup, true)
+            .unwrap()
+            .commit()
+            .unwrap();
+        assert_eq!(restored.backdrops, 0);
+        // "new" is no PEM certificate, so the backup has none either.
+        let parts = |data_dir: &Path| parts(data_dir, &old.config)[..4].join(" ");
+        assert_eq!(parts(&old.data_dir), "new - - ");
+        assert_eq!(parts(&old.data_dir.join(REPLACED)), "old old old old");
+
+        stage_undo(&old).unwrap().commit().unwrap();
+        assert_eq!(parts(&old.data_dir), "old old old old");
     }
 
     #[test]
