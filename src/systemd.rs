@@ -121,8 +121,8 @@ pub fn answers_health_check(addr: SocketAddr, plain: bool, timeout: Duration) ->
 }
 
 /// Tells systemd when the server is ready (the model loaded or failed to)
-/// and, every half watchdog interval, that it still answers its own health
-/// check. Runs for the life of the process.
+/// and, every half watchdog interval from the start, that it still answers
+/// its own health check. Runs for the life of the process.
 pub fn supervise(
     state: Arc<AppState>,
     addr: SocketAddr,
@@ -132,6 +132,13 @@ pub fn supervise(
 ) {
     let model = state.pipeline.default_model().spec.name.clone();
     notifier.status(&format!("loading model {model}"));
+    // Fed while the model loads too: a process that runs itself again (a
+    // restore on the setup page) loads under the watchdog systemd armed at
+    // its first READY=1, and a load can outlast it.
+    if let Some(interval) = watchdog {
+        let notifier = notifier.clone();
+        std::thread::spawn(move || feed_watchdog(addr, plain, &notifier, interval));
+    }
     loop {
         match state.pipeline.default_model().inference.ready() {
             Err(InferError::Loading) => std::thread::sleep(Duration::from_millis(50)),
@@ -143,7 +150,11 @@ pub fn supervise(
             Err(e) => break notifier.ready(&format!("degraded: {e}; answering 503 on {addr}")),
         }
     }
-    let Some(interval) = watchdog else { return };
+}
+
+/// Every half `interval`, `WATCHDOG=1` if the server at `addr` answers its
+/// own health check.
+fn feed_watchdog(addr: SocketAddr, plain: bool, notifier: &Notifier, interval: Duration) {
     let probe = if addr.ip().is_unspecified() {
         SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
     } else {

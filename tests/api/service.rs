@@ -13,9 +13,18 @@ struct Service {
 }
 
 impl Service {
-    /// `cutout serve` with systemd's environment; `extra` adds arguments
-    /// before `serve`, `env` more variables.
+    /// `cutout serve` of U2NetP with systemd's environment; `extra` adds
+    /// arguments before `serve`, `env` more variables.
     fn start(models: &std::path::Path, extra: &[&str], env: &[(&str, String)]) -> Service {
+        Service::serving("u2netp", models, extra, env)
+    }
+
+    fn serving(
+        model: &str,
+        models: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, String)],
+    ) -> Service {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("notify");
         let notify = UnixDatagram::bind(&socket).unwrap();
@@ -29,7 +38,7 @@ impl Service {
             .arg("--models-dir")
             .arg(models)
             .args(extra)
-            .args(["serve", "--listen", "127.0.0.1:0", "--model", "u2netp"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--model", model])
             .env("NOTIFY_SOCKET", &socket)
             .env("WATCHDOG_USEC", "400000")
             .env("CUTOUT_MDNS_ENABLED", "false")
@@ -85,7 +94,7 @@ impl Service {
 fn systemd_hears_loading_ready_watchdog_pings_and_stopping() {
     let service = Service::start(&crate::helpers::models_dir(), &[], &[]);
     assert_eq!(service.next(), "STATUS=loading model u2netp");
-    let ready = service.next();
+    let ready = service.until("READY=1").pop().unwrap();
     assert!(
         ready.starts_with("READY=1\nSTATUS=serving model u2netp (")
             && ready.contains(") on 127.0.0.1:"),
@@ -100,6 +109,21 @@ fn systemd_hears_loading_ready_watchdog_pings_and_stopping() {
             .starts_with("STOPPING=1\nSTATUS=stopping"),
         "{seen:?}"
     );
+    assert!(exit.success());
+}
+
+/// A restore on the setup page runs the program again in its process, whose
+/// watchdog systemd armed at the first READY=1: the load that follows (IS-Net's
+/// takes seconds here, minutes on an emulated board) is under it too.
+#[test]
+fn the_watchdog_is_fed_while_the_model_loads() {
+    let env = [("WATCHDOG_USEC", "200000".to_owned())];
+    let service = Service::serving("isnet", &crate::helpers::models_dir(), &[], &env);
+    let seen = service.until("READY=1");
+    let pings = seen.iter().filter(|m| *m == "WATCHDOG=1").count();
+    assert!(pings >= 2, "{seen:?}");
+    service.until("WATCHDOG=1");
+    let (_, exit) = service.terminate();
     assert!(exit.success());
 }
 
