@@ -916,7 +916,7 @@ impl Child<'_> {
 pub fn end_with(parent: u32) {
     std::thread::spawn(move || loop {
         if std::os::unix::process::parent_id() != parent {
-            std::process::exit(1);
+            crate::engine::exit_leaving_the_libraries(1);
         }
         std::thread::sleep(Duration::from_millis(100));
     });

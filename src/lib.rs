@@ -3,9 +3,10 @@
 //! HTTP (docs/architecture.md; each file's header).
 #![deny(unsafe_code)]
 
-// `unsafe` is here only in the allocator and in ONNX Runtime's crash guard
-// (engine/trial.rs, a signal handler), which cannot be written without it
-// (and in crates/tract-planned, which writes into tract's buffers).
+// `unsafe` is here only in the allocator, in ONNX Runtime's crash guard
+// (engine/trial.rs, a signal handler) and in the exit that leaves ONNX
+// Runtime's destructors alone (engine/mod.rs), which cannot be written
+// without it (and in crates/tract-planned, which writes into tract's buffers).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod allocator;

@@ -87,8 +87,12 @@ fn main() {
         create_files_private();
     }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+    let code = match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    };
+    cutout::engine::exit_leaving_the_libraries(code)
 }

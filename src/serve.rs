@@ -126,13 +126,13 @@ pub fn serve(settings: Settings, demo: bool) -> Result<()> {
                         log::warn!(
                             "the grace period is over: stopping with {running} requests unanswered"
                         );
-                        std::process::exit(0);
+                        crate::engine::exit_leaving_the_libraries(0);
                     }
                 });
             } else {
                 // An operator who asks twice does not want to wait.
                 log::warn!("second signal: stopping now");
-                std::process::exit(1);
+                crate::engine::exit_leaving_the_libraries(1);
             }
         }
     });

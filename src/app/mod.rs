@@ -292,7 +292,7 @@ impl AppState {
                 Err(e) => e,
             };
             log::error!("cannot start again ({error}): exiting for the service manager to");
-            std::process::exit(75);
+            crate::engine::exit_leaving_the_libraries(75);
         });
     }
 
