@@ -37,10 +37,12 @@ and checks, in order:
             cutout user.
 
 Everything runs under TCG (software emulation): where /dev/kvm is PVM (as on
-the machines this was written on) a stock kernel hangs under KVM. Emulated,
-one u2netp cut-out took 14.5 minutes on two idle cores (23 beside a cargo
-build), so the unit gets a drop-in with the smallest model and as few
-requests are sent as the checks need.
+the machines this was written on) a stock kernel hangs under KVM. Its speed
+follows the host's CPU: on two idle cores of a Xeon with AVX-512 VNNI one
+u2netp cut-out took 14.5 minutes (23 beside a cargo build) and the suite
+about two hours; on an AMD EPYC (AVX2) the suite took 28.7 minutes. So the
+unit gets a drop-in with the smallest model and as few requests are sent as
+the checks need.
 
 Environment: VM_CACHE (default target/vm: the image, and this run's disk,
 serial logs and log in $VM_CACHE/run), POWER_CUTS (3), VM_CPU (qemu's -cpu
@@ -83,7 +85,7 @@ PROMPT = "root@cutout-vm:~# "
 # The journal's line naming the setup code shown on the console.
 SETUP_CODE = r"with the code ([2-9A-Z]{4}-[2-9A-Z]{4}) shown on the board's console"
 # A start (the unit's drop-in allows 1200 s): the model's load and its
-# first run, about 12 minutes emulated (14.7 for the install stage).
+# first run, about 12 minutes emulated on the VNNI Xeon, 2 to 4 on the EPYC.
 START_TIMEOUT = 1500
 PASSPHRASE = "stick in the drawer, 2026"
 STICK_DIR = "/media/stick/cutout"
@@ -427,7 +429,7 @@ def main():
             # hours; no self-measurement when idle (12 MP photos on each
             # model, hours under emulation, competing with the requests);
             # and room for a start: its load includes ONNX Runtime's first
-            # run at the model's largest input (its arena), about 12 minutes
+            # run at the model's largest input (its arena), up to 12 minutes
             # under TCG against the unit's 180 s. Put in place before the
             # package, so its first start has them.
             guest.sh("mkdir -p /etc/systemd/system/cutout.service.d && printf '%s' "
