@@ -300,11 +300,13 @@ fn alpha_difference(a: &image::RgbaImage, b: &image::RgbaImage) -> (u8, f64, f64
 
 /// Whether `model`'s matte on `engine` must be x86's to within 1/255:
 /// tract's arithmetic is the same in another instruction set. Otherwise
-/// under 1% of pixels may be more than 4/255 apart, and 0.25/255 on
+/// under 1% of pixels may be more than 4/255 apart, and 0.4/255 on
 /// average. ONNX Runtime's aarch64 kernels sum in another order, and its
-/// int8 kernels (SDOT against x86's VNNI) round some activations the other
-/// way, which moves a few edge pixels (measured: f32 IS-Net identical,
-/// int8 IS-Net 0.6% and 0.09). MODNet in int8 on tract, whose int8
+/// int8 kernels (SDOT against x86's) round some activations the other way,
+/// which moves a few edge pixels. Measured on the A76: f32 IS-Net
+/// identical; int8 IS-Net 0.6% and 0.09/255 against an x86 with AVX-512
+/// VNNI, 0.68% and 0.26/255 against one with AVX2 alone (an AMD EPYC),
+/// whose int8 kernels are others again. MODNet in int8 on tract, whose int8
 /// convolutions read its f32 layers' outputs, differs at a few pixels too
 /// (measured on the strip: 0.33% of pixels, 0.048/255 on average, at most
 /// 28/255), where f32 MODNet and int8 IS-Net are x86's to the bit:
@@ -319,7 +321,7 @@ fn assert_close(exact: bool, what: &str, (max, mean, over): (u8, f64, f64)) {
     let close = if exact {
         max <= 1
     } else {
-        over < 0.01 && mean <= 0.25
+        over < 0.01 && mean <= 0.4
     };
     assert!(
         close,
