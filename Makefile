@@ -322,8 +322,9 @@ clean:
 # setup page restore 4.5, reboot 2.3, each power cut about 4); on a Xeon
 # with AVX-512 VNNI each start took about 12 minutes (the model's load
 # includes ONNX Runtime's first run) and one u2netp cut-out 14.5, about two
-# hours in all. Making the image (once a week, in $(VM_CACHE)/image) adds 6. Needs root, debootstrap and
-# qemu-system-x86 (from bookworm-backports where qemu-utils is).
+# hours in all. Making the image (once a week, in $(VM_CACHE)/image) adds 6.
+# Needs root, debootstrap and qemu-system-x86 (from bookworm-backports
+# where qemu-utils is).
 # Log: $(VM_CACHE)/run/test-vm.log.
 VM_CACHE ?= target/vm
 test-vm:
