@@ -316,13 +316,9 @@ clean:
 # SIGKILL restarted, a stop within TimeoutStopSec, a reboot, three power cuts
 # with cut-outs in flight (database intact, every 200 counted, same engine),
 # purge. Not part of `make test`, for its time: all of it runs under TCG
-# (software emulation; a PVM /dev/kvm cannot boot a stock kernel), so its
-# time depends on the host's CPU. Measured on 2 idle cores: on an AMD EPYC
-# (AVX2, no VNNI) 28.7 minutes in all (install 3.5, scheduled backup 2.5,
-# setup page restore 4.5, reboot 2.3, each power cut about 4); on a Xeon
-# with AVX-512 VNNI each start took about 12 minutes (the model's load
-# includes ONNX Runtime's first run) and one u2netp cut-out 14.5, about two
-# hours in all. Making the image (once a week, in $(VM_CACHE)/image) adds 6.
+# (software emulation; a PVM /dev/kvm cannot boot a stock kernel): half an
+# hour to two, by the host's CPU (tests/vm/test_vm.py says which). Making
+# the image (once a week, in $(VM_CACHE)/image) adds 6 minutes.
 # Needs root, debootstrap and qemu-system-x86 (from bookworm-backports
 # where qemu-utils is).
 # Log: $(VM_CACHE)/run/test-vm.log.
