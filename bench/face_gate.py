@@ -11,16 +11,16 @@ made dense at conversion, DEPTH_TO_SPACE becomes ONNX's DepthToSpace (DCR,
 the same order on NCHW), and a paddings tensor several PADs share is
 reordered once. Each dev photo is letterboxed to the detector's square in
 [-1, 1] and its best face (score and box) kept. Every photo is cut out as
-type=auto and type=person with `cutout remove`, and each gate is scored:
-type=auto serving the person pipeline where the gate fires, the general one
-elsewhere, against type=auto today (dev/ppm and bench/people_scenes.py's
-scenes by matting_metrics.py at a long side of 2048, the object sets by
-quality_metrics.py). A gate fires where a
-detector's best face scores over its threshold and, with `in`, where the
+type=auto and type=person with `cutout remove`, and each gate is scored by
+the shared tools as bench/eval.py scores: type=auto serving the person
+pipeline where the gate fires, the general one elsewhere, against type=auto
+today (dev/ppm and bench/people_scenes.py's scenes by matting_metrics.py at
+a long side of 2048, the object sets by quality_metrics.py). A gate fires where a
+detector's best face scores over its threshold and, with a cover, where the
 person pipeline's matte covers that face's box at least that much.
 Everything lands under target/eval/face-gate; the venv under ~/.cache.
 """
-import argparse, json, logging, os, subprocess, sys
+import argparse, hashlib, json, logging, os, subprocess, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,10 +53,8 @@ from tflite2onnx.layout import Layout
 from tflite2onnx.op.common import Operator, OpFactory
 from tflite2onnx.op.padding import Padding
 
-sys.path.insert(0, str(SHARED / "tools"))
 sys.path.insert(0, str(ROOT / "bench"))
-import matting_metrics, quality_metrics
-from eval import inputs
+from eval import inputs, score
 
 
 class DepthToSpace(Operator):
@@ -227,42 +225,29 @@ def cut_outs(binary, engine, name, photos):
                             "--type", subject], check=True, stderr=subprocess.DEVNULL)
 
 
-def scores(engine, name, stem):
-    gts = SCENES / "gt" if name == "people-scenes" else SHARED / "eval" / "dev" / name / "gt"
-    gt = next(p for p in gts.iterdir() if p.stem == stem)
+def covers(engine, name, stem, faces):
+    """How much of each face's box the person pipeline's matte holds, 0 to 1."""
+    a = np.asarray(Image.open(OUT / engine / f"{name}-person" / f"{stem}.png").getchannel("A"), np.float32) / 255
+    h, w = a.shape
     out = {}
-    for subject in ("auto", "person"):
-        pred = OUT / engine / f"{name}-{subject}" / f"{stem}.png"
-        if name in PEOPLE_SETS:
-            g = Image.open(gt).convert("L")
-            if max(g.size) > 2048:
-                k = 2048 / max(g.size)
-                g = g.resize((round(g.size[0] * k), round(g.size[1] * k)), Image.BILINEAR)
-            ga = np.asarray(g, np.float64) / 255
-            p = matting_metrics.load(pred, g.size)
-            d = p - ga
-            out[subject] = {"mse": (d ** 2).mean(), "mad": np.abs(d).mean(),
-                            "grad_k": ((matting_metrics.grad_mag(p) - matting_metrics.grad_mag(ga)) ** 2).sum() / 1000}
-        else:
-            g = quality_metrics.load_gt(gt)
-            valid = g != 128
-            g = g / 255
-            p = quality_metrics.load_pred(pred, (g.shape[1], g.shape[0]))
-            gb, pb = (g >= .5) & valid, (p >= .5) & valid
-            union = (gb | pb).sum()
-            out[subject] = {"mae": float(np.abs(p - g)[valid].mean()),
-                            "iou": float((gb & pb).sum() / union if union else 1.0)}
+    for kind, (_, cx, cy, bw, bh) in faces.items():
+        x0, x1 = int(max(0, (cx - bw / 2) * w)), int(min(w, (cx + bw / 2) * w) + 1)
+        y0, y1 = int(max(0, (cy - bh / 2) * h)), int(min(h, (cy + bh / 2) * h) + 1)
+        out[kind] = float(a[y0:y1, x0:x1].mean()) if x1 > x0 and y1 > y0 else 0.0
     return out
 
 
-def cover(engine, name, stem, box):
-    """How much of the face's box the person pipeline's matte holds, 0 to 1."""
-    a = np.asarray(Image.open(OUT / engine / f"{name}-person" / f"{stem}.png").getchannel("A"), np.float32) / 255
-    h, w = a.shape
-    _, cx, cy, bw, bh = box
-    x0, x1 = int(max(0, (cx - bw / 2) * w)), int(min(w, (cx + bw / 2) * w) + 1)
-    y0, y1 = int(max(0, (cy - bh / 2) * h)), int(min(h, (cy + bh / 2) * h) + 1)
-    return float(a[y0:y1, x0:x1].mean()) if x1 > x0 and y1 > y0 else 0.0
+def gate_scores(engine, name, chosen):
+    """The shared tool's figures for the set, each photo cut out as `chosen` says."""
+    pred = OUT / engine / "gates" / name / hashlib.sha256(json.dumps(chosen).encode()).hexdigest()[:16]
+    if not pred.exists():
+        pred.mkdir(parents=True)
+        for stem, subject in chosen:
+            (pred / f"{stem}.png").symlink_to(OUT / engine / f"{name}-{subject}" / f"{stem}.png")
+    if name in PEOPLE_SETS:
+        set_dir = SCENES if name == "people-scenes" else SHARED / "eval" / "dev" / name
+        return score(sys.executable, set_dir, pred, "matting_metrics.py", "--long-side", "2048")
+    return score(sys.executable, SHARED / "eval" / "dev" / name, pred)
 
 
 def main():
@@ -282,9 +267,8 @@ def main():
         for p in photos[name]:
             im = Image.open(p).convert("RGB")
             faces = {k: best_face(im, *sessions[k]) for k in sessions}
-            records[name].append({"stem": p.stem, "faces": faces, "scores": scores(args.engine, name, p.stem),
-                                  "cover": {k: cover(args.engine, name, p.stem, f) for k, f in faces.items()}})
-        print(f"{name}: {len(photos[name])} photos scored", file=sys.stderr, flush=True)
+            records[name].append({"stem": p.stem, "faces": faces, "cover": covers(args.engine, name, p.stem, faces)})
+        print(f"{name}: {len(photos[name])} photos looked at", file=sys.stderr, flush=True)
     (OUT / "photos.json").write_text(json.dumps(records))
 
     def fires(r, gate):
@@ -297,11 +281,11 @@ def main():
     for gate in GATES:
         cells = []
         for name in [*PEOPLE_SETS, *OBJECT_SETS]:
-            rows = records[name]
-            chosen = [r["scores"]["person" if fires(r, gate) else "auto"] for r in rows]
-            fired = sum(fires(r, gate) for r in rows)
+            chosen = [(r["stem"], "person" if fires(r, gate) else "auto") for r in records[name]]
+            figures = gate_scores(args.engine, name, chosen)
             keys = ("mse", "mad", "grad_k") if name in PEOPLE_SETS else ("mae", "iou")
-            cells.append(f"{fired}, " + ", ".join(f"{np.mean([c[k] for c in chosen]):.5f}" for k in keys))
+            fired = sum(subject == "person" for _, subject in chosen)
+            cells.append(f"{fired}, " + ", ".join(str(figures[k]) for k in keys))
         label = "none (type=auto today)" if gate == TODAY else ", ".join(map(str, gate))
         print(f"| {label} | " + " | ".join(cells) + " |")
 
