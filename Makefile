@@ -83,7 +83,11 @@ check: models onnxruntime
 # the x86 test build (its binary also goes into the package and the e2e
 # tests) and the aarch64 test build (its binary also runs on the emulated
 # boards); clippy's check build and tiny_http's own tests are the others.
+# The aarch64 test build and the package's test run beside the x86 tests
+# (.ci/beside), at the lowest priority: those wait on their servers and the
+# booths' countdowns and leave about a third of the cores idle.
 PHASE := .ci/phase
+BESIDE := .ci/beside
 # The x86 test build: the unit and integration tests and the binary, not
 # the examples (clippy checks those).
 TEST_BUILD = $(CARGO) test --workspace --tests --no-run
@@ -94,7 +98,9 @@ test:
 	$(PHASE) models $(MAKE) models onnxruntime quantize
 	$(PHASE) lint $(MAKE) lint
 	$(PHASE) deny $(MAKE) deny
+	$(BESIDE) aarch64-build $(MAKE) aarch64-tests
 	$(PHASE) build $(TEST_BUILD)
+	$(BESIDE) package $(MAKE) test-deb
 	$(PHASE) unit $(MAKE) test-unit
 	$(PHASE) api $(CARGO) test --workspace --test api
 	$(PHASE) test-models $(MAKE) test-models
@@ -102,11 +108,11 @@ test:
 	$(PHASE) e2e $(MAKE) e2e
 	$(PHASE) integrations $(MAKE) test-integrations
 	$(PHASE) unit-check $(MAKE) unit-check
-	$(PHASE) aarch64-build $(MAKE) aarch64-tests
+	$(BESIDE) --wait aarch64-build
 	$(PHASE) aarch64 $(MAKE) test-aarch64
 	$(PHASE) boards $(MAKE) test-board
-	$(PHASE) package $(MAKE) test-deb
-	@echo "seconds per phase:"; cat target/phases.txt
+	$(BESIDE) --wait package
+	@echo "seconds per phase (aarch64-build and package ran beside the others):"; cat target/phases.txt
 
 # Both crates' unit tests and doc tests (the API tests are `make test`'s
 # next phase; tests/board.rs is `make test-board`).

@@ -62,7 +62,8 @@ test "$(chroot "$root" stat -c %U /var/lib/cutout)" = cutout
 chroot "$root" test -f /lib/systemd/system/cutout.service
 chroot "$root" test -L /etc/systemd/system/multi-user.target.wants/cutout.service
 
-port=$((20000 + $$ % 20000))
+# Below the ephemeral ports (32768 up), as other tests run beside this one.
+port=$((20000 + $$ % 12000))
 as_cutout cutout --config /etc/cutout/cutout.toml account create booth --plan pro
 key=$(as_cutout cutout --config /etc/cutout/cutout.toml key create booth | tail -n 1)
 tls_port=$((port + 1))
