@@ -85,7 +85,7 @@ check: models onnxruntime
 # boards); clippy's check build and tiny_http's own tests are the others.
 # The aarch64 test build and the package's test run beside the x86 tests
 # (.ci/beside), at the lowest priority: those wait on their servers and the
-# booths' countdowns and leave about a third of the cores idle.
+# booths' countdowns and leave about a fifth of the cores idle.
 PHASE := .ci/phase
 BESIDE := .ci/beside
 # The x86 test build: the unit and integration tests and the binary, not
