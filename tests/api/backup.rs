@@ -26,7 +26,7 @@ pub(crate) fn cutout(data: &Path, args: &[&str], env: &[(&str, String)]) -> Outp
     }
     let passphrase = data.with_extension("passphrase");
     std::fs::write(&passphrase, passphrase_file_text()).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_cutout"))
+    Command::new(cutout_binary())
         .arg("--data-dir")
         .arg(data)
         .arg("--config")
@@ -312,7 +312,7 @@ fn bad_backups_are_refused_with_what_was_wrong_and_the_appliance_unchanged() {
         let out = if what == "wrong passphrase" {
             let wrong = root.path().join("wrong");
             std::fs::write(&wrong, "not the passphrase at all\n").unwrap();
-            Command::new(env!("CARGO_BIN_EXE_cutout"))
+            Command::new(cutout_binary())
                 .arg("--data-dir")
                 .arg(&target)
                 .arg("--config")

@@ -1,11 +1,11 @@
 //! The operator's command line, run as a user would run it.
 
-use crate::helpers::cli_set_password;
+use crate::helpers::{cli_set_password, cutout_binary};
 use cutout::store::Store;
 use std::process::{Command, Output};
 
 fn cutout(data: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cutout"))
+    Command::new(cutout_binary())
         .arg("--data-dir")
         .arg(data)
         .args(args)
@@ -88,7 +88,7 @@ fn a_command_whose_reader_has_gone_ends_quietly() {
     let data = tempfile::tempdir().unwrap();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+    let out = Command::new(cutout_binary())
         .arg("--data-dir")
         .arg(data.path())
         .arg("--models-dir")
@@ -116,7 +116,7 @@ fn remove_cuts_out_a_file_offline_on_either_engine() {
     let models = crate::helpers::models_dir();
     for engine in ["tract", "onnxruntime"] {
         let output = dir.path().join(format!("{engine}.png"));
-        let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+        let out = Command::new(cutout_binary())
             .args(["--models-dir".as_ref(), models.as_os_str()])
             .args(["remove".as_ref(), input.as_os_str(), output.as_os_str()])
             .args(["--size", "preview", "--model", "u2netp", "--engine", engine])
@@ -147,7 +147,7 @@ fn remove_on_tract_without_a_model_runs_the_boards_model_on_tract() {
     let (input, output) = (dir.path().join("in.jpg"), dir.path().join("out.png"));
     std::fs::write(&input, crate::helpers::jpeg(200, 150)).unwrap();
     let models = crate::helpers::models_dir();
-    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+    let out = Command::new(cutout_binary())
         .args(["--models-dir".as_ref(), models.as_os_str()])
         .args(["remove".as_ref(), input.as_os_str(), output.as_os_str()])
         .args([
@@ -176,7 +176,7 @@ fn remove_writes_several_inputs_into_a_folder_and_names_a_bad_one() {
     let out_dir = dir.path().join("out");
     std::fs::create_dir(&out_dir).unwrap();
     let remove = |paths: &[&std::path::Path]| {
-        Command::new(env!("CARGO_BIN_EXE_cutout"))
+        Command::new(cutout_binary())
             .args([
                 "--models-dir".as_ref(),
                 crate::helpers::models_dir().as_os_str(),
@@ -222,7 +222,7 @@ fn serve_demo_prints_a_working_key_and_sigterm_stops_it_cleanly() {
     use std::io::{BufRead, BufReader};
     let data = tempfile::tempdir().unwrap();
     let models = crate::helpers::models_dir();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_cutout"))
+    let mut server = Command::new(cutout_binary())
         .arg("--data-dir")
         .arg(data.path())
         .arg("--models-dir")

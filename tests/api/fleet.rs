@@ -356,7 +356,7 @@ fn a_board_moves_into_the_shared_store_from_the_command_line() {
         .unwrap()
         .is_some());
 
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+    let refused = std::process::Command::new(cutout_binary())
         .args(["store", "copy", "--from", "/no/such/dir", "--to", &url])
         .output()
         .unwrap();

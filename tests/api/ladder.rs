@@ -152,7 +152,7 @@ fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
     }
     let data = dir.path().join("data");
     let bench = |seconds: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        std::process::Command::new(cutout_binary())
             .arg("--data-dir")
             .arg(&data)
             .arg("--models-dir")
@@ -211,7 +211,7 @@ fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
 fn cutout_ladder_shows_each_rung_and_which_serves_on_a_named_board() {
     let dir = tempfile::tempdir().unwrap();
     let ladder = |args: &[&str], env: &[(&str, &str)]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        let out = std::process::Command::new(cutout_binary())
             .arg("--data-dir")
             .arg(dir.path())
             .arg("--models-dir")
@@ -346,7 +346,7 @@ fn cutout_remove_serves_the_rung_it_is_given() {
     let (input, output) = (dir.path().join("in.jpg"), dir.path().join("out.png"));
     std::fs::write(&input, jpeg(200, 150)).unwrap();
     let remove = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+        let out = std::process::Command::new(cutout_binary())
             .arg("--models-dir")
             .arg(models_dir())
             .arg("remove")

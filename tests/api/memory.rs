@@ -254,7 +254,7 @@ fn a_model_load_killed_for_memory_is_reported_and_the_next_start_serves_one_that
     let isnet = ["--model", "isnet", "--engine", "tract"];
     let board = Cgroup::new("killed-load", 200);
 
-    let mut cutout = board.command(std::path::Path::new(env!("CARGO_BIN_EXE_cutout")));
+    let mut cutout = board.command(&cutout_binary());
     let mut first = serve_command(&mut cutout, data.path(), &models_dir(), &isnet)
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -10,7 +10,7 @@ use std::process::Command;
 /// several) on the test models, with `options`; its stderr, once it
 /// succeeded.
 fn remove(photos: &[PathBuf], output: &Path, options: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+    let out = Command::new(cutout_binary())
         .args(["--models-dir".as_ref(), models_dir().as_os_str()])
         .arg("remove")
         .args(photos)

@@ -2,6 +2,7 @@
 //! `NOTIFY_SOCKET`, the status LED against a fake sysfs LED, and the
 //! configuration file's precedence.
 
+use crate::helpers::cutout_binary;
 use std::os::unix::net::UnixDatagram;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -31,7 +32,7 @@ impl Service {
         notify
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cutout"));
+        let mut command = Command::new(cutout_binary());
         command
             .arg("--data-dir")
             .arg(dir.path().join("data"))
@@ -213,7 +214,7 @@ fn the_command_line_beats_the_environment_which_beats_the_file() {
     let data = |name: &str| dir.path().join(name).display().to_string();
     std::fs::write(&config, format!("data_dir = \"{}\"\n", data("from-file"))).unwrap();
     let run = |args: &[&str], env: Option<String>| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cutout"));
+        let mut command = Command::new(cutout_binary());
         command
             .arg("--config")
             .arg(&config)
@@ -232,7 +233,7 @@ fn the_command_line_beats_the_environment_which_beats_the_file() {
     }
 
     std::fs::write(&config, "listen = \"x\"\n\n[server]\nqueue_capcity = 3\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cutout"))
+    let out = Command::new(cutout_binary())
         .arg("--config")
         .arg(&config)
         .args(["account", "list"])

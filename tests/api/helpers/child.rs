@@ -4,6 +4,14 @@ use super::models_dir;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// The `cutout` binary the tests run: this build's, or the one
+/// `TEST_CUTOUT_BINARY` names (`make test-aarch64`: the aarch64 build, which
+/// the kernel hands to qemu).
+pub fn cutout_binary() -> std::path::PathBuf {
+    std::env::var_os("TEST_CUTOUT_BINARY")
+        .map_or_else(|| env!("CARGO_BIN_EXE_cutout").into(), Into::into)
+}
+
 /// The `cutout` binary serving U2NetP on a free port of 127.0.0.1, with
 /// its log (stderr) in a file: what systemd runs, so a test can measure its
 /// memory, read its log or kill it.
@@ -29,7 +37,7 @@ impl Server {
         extra: &[&str],
         env: &[(&str, String)],
     ) -> Server {
-        let command = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"));
+        let command = std::process::Command::new(cutout_binary());
         Server::spawn(command, data, models, rust_log, extra, env)
     }
 
@@ -45,14 +53,14 @@ impl Server {
         command
             .arg(root.join("tests/unit_filter.py"))
             .arg(root.join("systemd/cutout.service"))
-            .arg(env!("CARGO_BIN_EXE_cutout"));
+            .arg(cutout_binary());
         Server::spawn(command, data, &models_dir(), "info", extra, env)
     }
 
     /// `start` inside `cgroup`'s memory limit, as a unit's `MemoryMax`
     /// or a small board holds it, with `RUST_LOG=info`.
     pub fn start_in(cgroup: &super::Cgroup, data: &std::path::Path, extra: &[&str]) -> Server {
-        let command = cgroup.command(std::path::Path::new(env!("CARGO_BIN_EXE_cutout")));
+        let command = cgroup.command(&cutout_binary());
         Server::spawn(command, data, &models_dir(), "info", extra, &[])
     }
 
@@ -91,7 +99,7 @@ impl Server {
         command.args([
             "-c",
             &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
-            env!("CARGO_BIN_EXE_cutout"),
+            &cutout_binary().to_string_lossy(),
         ]);
         Server::spawn(command, data, &models_dir(), rust_log, &[], env)
     }
@@ -209,7 +217,7 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 
 /// Runs the `cutout` command line on `data`; returns its stdout.
 pub fn cutout_cli(data: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+    let out = std::process::Command::new(cutout_binary())
         .arg("--data-dir")
         .arg(data)
         .args(args)
@@ -223,7 +231,7 @@ pub fn cutout_cli(data: &std::path::Path, args: &[&str]) -> String {
 /// `cutout admin set-password` on `data`, `stdin` typed.
 pub fn cli_set_password(data: &std::path::Path, stdin: &str) -> std::process::Output {
     use std::io::Write;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cutout"))
+    let mut child = std::process::Command::new(cutout_binary())
         .arg("--data-dir")
         .arg(data)
         .args(["admin", "set-password"])
