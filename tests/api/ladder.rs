@@ -171,9 +171,14 @@ fn cutout_bench_times_each_model_and_the_rungs_and_says_which_serves() {
         stdout.contains("type=auto as alone: ") && stdout.contains("s per photo at most, peak"),
         "{stdout}"
     );
-    // Its one rung serves, measured, whatever its time.
+    // Its one rung serves, measured, whatever its time: over the budget on
+    // a slow or busy machine, where it serves "instead".
     assert!(
-        stdout.contains("type=auto serves alone (u2netp alone, mean MAE 1.09x"),
+        ["alone (", "alone instead ("]
+            .iter()
+            .any(|serves| stdout.contains(&format!(
+                "type=auto serves {serves}u2netp alone, mean MAE 1.09x"
+            ))),
         "{stdout}"
     );
     assert!(
