@@ -11,8 +11,7 @@
 //! the product's strides. IS-Net's 99 ReLUs took 18 ms of a 1.8 s run,
 //! U2NetP's 101 took 6 of 280 (BENCHMARKS.md, "ReLUs in the product");
 //! their ReLU-then-residual sums, which tract joins into one chain
-//! operator, 18 and 6.5 ms more (BENCHMARKS.md, "Thin convolutions and
-//! residual sums").
+//! operator, 18 and 6.5 ms more (BENCHMARKS.md, "Residual sums").
 
 use super::read_once;
 use tract_core::internal::*;
