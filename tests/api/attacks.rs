@@ -395,8 +395,8 @@ fn a_flood_of_refused_requests_is_logged_as_counts_not_a_line_each() {
     // The interval over, the next refusal brings the count.
     std::thread::sleep(Duration::from_secs(10));
     flood(1);
-    // The summary is written as the refusal's own line is: just after its
-    // answer, the summary first.
+    // After the answer the server logs the summary, then the refusal's own
+    // line: both are waited for.
     app.server
         .log_once_it_says("1999 more 403 answers to 127.0.3.1");
     wait_until(
