@@ -85,7 +85,9 @@ check: models onnxruntime
 # boards); clippy's check build and tiny_http's own tests are the others.
 # The aarch64 test build and the package's test run beside the x86 tests
 # (.ci/beside), at the lowest priority: those wait on their servers and the
-# booths' countdowns and leave about a fifth of the cores idle.
+# booths' countdowns and leave about a fifth of the cores idle. So do the
+# emulated boards beside the booth integrations, which leave most of them
+# idle.
 PHASE := .ci/phase
 BESIDE := .ci/beside
 # The x86 test build: the unit and integration tests and the binary, not
@@ -106,13 +108,14 @@ test:
 	$(PHASE) test-models $(MAKE) test-models
 	$(PHASE) tiny_http $(MAKE) test-tiny-http
 	$(PHASE) e2e $(MAKE) e2e
-	$(PHASE) integrations $(MAKE) test-integrations
 	$(PHASE) unit-check $(MAKE) unit-check
 	$(BESIDE) --wait aarch64-build
 	$(PHASE) aarch64 $(MAKE) test-aarch64
-	$(PHASE) boards $(MAKE) test-board
+	$(BESIDE) boards $(MAKE) test-board
+	$(PHASE) integrations $(MAKE) test-integrations
+	$(BESIDE) --wait boards
 	$(BESIDE) --wait package
-	@echo "seconds per phase (aarch64-build and package ran beside the others):"; cat target/phases.txt
+	@echo "seconds per phase (aarch64-build, boards and package ran beside the others):"; cat target/phases.txt
 
 # Both crates' unit tests and doc tests (the API tests are `make test`'s
 # next phase; tests/board.rs is `make test-board`).
