@@ -85,9 +85,9 @@ check: models onnxruntime
 # boards); clippy's check build and tiny_http's own tests are the others.
 # The aarch64 test build and the package's test run beside the x86 tests
 # (.ci/beside), at the lowest priority: those wait on their servers and the
-# booths' countdowns and leave about a fifth of the cores idle. So do the
-# emulated boards beside the booth integrations, which leave most of them
-# idle.
+# booths' countdowns and leave about a fifth of the cores idle. The booth
+# integrations leave most of them idle: they run while the aarch64 build
+# goes on, or, where it has ended, beside the emulated boards.
 PHASE := .ci/phase
 BESIDE := .ci/beside
 # The x86 test build: the unit and integration tests and the binary, not
@@ -109,10 +109,11 @@ test:
 	$(PHASE) tiny_http $(MAKE) test-tiny-http
 	$(PHASE) e2e $(MAKE) e2e
 	$(PHASE) unit-check $(MAKE) unit-check
+	test -e target/aarch64-build.status || $(PHASE) integrations $(MAKE) test-integrations
 	$(BESIDE) --wait aarch64-build
 	$(PHASE) aarch64 $(MAKE) test-aarch64
 	$(BESIDE) boards $(MAKE) test-board
-	$(PHASE) integrations $(MAKE) test-integrations
+	grep -q '^integrations ' target/phases.txt || $(PHASE) integrations $(MAKE) test-integrations
 	$(BESIDE) --wait boards
 	$(BESIDE) --wait package
 	@echo "seconds per phase (aarch64-build, boards and package ran beside the others):"; cat target/phases.txt
