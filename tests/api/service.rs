@@ -10,6 +10,8 @@ use std::time::Duration;
 struct Service {
     child: Child,
     notify: UnixDatagram,
+    /// The server's stderr, shown when it stops notifying.
+    log: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -28,6 +30,7 @@ impl Service {
     ) -> Service {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("notify");
+        let log = dir.path().join("serve.log");
         let notify = UnixDatagram::bind(&socket).unwrap();
         notify
             .set_read_timeout(Some(Duration::from_secs(60)))
@@ -46,23 +49,28 @@ impl Service {
             .env("CUTOUT_PIPELINE_BENCH_WHEN_IDLE", "false")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(std::fs::File::create(&log).unwrap());
         for (k, v) in env {
             command.env(k, v);
         }
         Service {
             child: command.spawn().unwrap(),
             notify,
+            log,
             _dir: dir,
         }
     }
 
     fn next(&self) -> String {
         let mut buf = [0u8; 512];
-        let n = self
-            .notify
-            .recv(&mut buf)
-            .expect("a notification within a minute");
+        let n = self.notify.recv(&mut buf).unwrap_or_else(|e| {
+            panic!(
+                "no notification within a minute ({e}); the server's /proc stat: {:?}; \
+                 its log:\n{}",
+                std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())),
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            )
+        });
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 
