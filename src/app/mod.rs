@@ -313,11 +313,7 @@ impl AppState {
              In a browser on this network, open {}\r\n  and type this code: {code}\r\n\r\n",
             self.setup_page
         );
-        let written = std::fs::OpenOptions::new()
-            .append(true)
-            .open(console)
-            .and_then(|mut c| std::io::Write::write_all(&mut c, text.as_bytes()));
-        if let Err(e) = written {
+        if let Err(e) = write_to_console(console, &text) {
             log::warn!("showing the setup code on {}: {e}", console.display());
         }
     }
@@ -490,6 +486,19 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Writes `text` to a terminal without waiting on it: a console whose output
+/// is stopped (Scroll Lock on a keyboard plugged into the board) would block
+/// the write for as long, and with it the start or the request that shows
+/// the setup code.
+fn write_to_console(console: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut console = std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(console)?;
+    std::io::Write::write_all(&mut console, text.as_bytes())
+}
+
 /// What `/readyz` reports.
 pub struct Health {
     pub model_name: String,
@@ -575,6 +584,43 @@ fn file_names_only(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A pseudo-terminal: its controlling side, its terminal and that's path.
+    #[allow(unsafe_code)]
+    fn pty() -> (std::fs::File, std::fs::File, std::path::PathBuf) {
+        use std::os::fd::FromRawFd;
+        let (mut controller, mut terminal) = (0, 0);
+        let made = unsafe {
+            libc::openpty(
+                &mut controller,
+                &mut terminal,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(made, 0, "{}", std::io::Error::last_os_error());
+        let path = std::fs::read_link(format!("/proc/self/fd/{terminal}")).unwrap();
+        let file = |fd| unsafe { std::fs::File::from_raw_fd(fd) };
+        (file(controller), file(terminal), path)
+    }
+
+    #[test]
+    fn the_setup_code_reaches_the_console_and_a_stopped_one_does_not_block() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let (mut controller, terminal, console) = pty();
+        super::write_to_console(&console, "J8QJ-PJBN").unwrap();
+        let mut shown = [0u8; 9];
+        controller.read_exact(&mut shown).unwrap();
+        assert_eq!(&shown, b"J8QJ-PJBN");
+        // Its output stopped, as Scroll Lock stops a Linux console's.
+        #[allow(unsafe_code)]
+        let stopped = unsafe { libc::tcflow(terminal.as_raw_fd(), libc::TCOOFF) };
+        assert_eq!(stopped, 0, "{}", std::io::Error::last_os_error());
+        let error = super::write_to_console(&console, "J8QJ-PJBN").unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::WouldBlock);
+    }
+
     #[test]
     fn readiness_names_files_without_their_directories() {
         let said = "model failed to load: model file /var/lib/cutout/models/isnet.onnx is \
