@@ -318,16 +318,76 @@ fn postgres_stopped_under_load_costs_503s_and_no_charge_and_service_resumes_by_i
         assert_eq!(r.header("retry-after"), Some("5"));
     }
     let ok = served.iter().filter(|r| r.status == 200).count();
-    assert_eq!(
-        apps[0].used("big") as usize,
-        ok,
-        "every cut-out served is charged once, no other"
-    );
+    // A charge the database wrote as it stopped, without answering, is
+    // taken back by its appliance's next heartbeat once it is back.
+    wait_until("every cut-out served is charged once, no other", || {
+        apps[0].used("big") as usize == ok
+    });
+    thread::sleep(2 * HEARTBEAT);
+    assert_eq!(apps[0].used("big") as usize, ok, "and stays so");
     // Each server checks the database at most every two seconds, so the
     // other one may say so a moment after the first serves again.
     wait_until("the other server is ready again", || {
         request(apps[1].addr, "GET", "/readyz", &[], b"").status == 200
     });
+}
+
+/// A charge whose statement breaks with its connection: the database may
+/// have written it (only the answer was lost) or not. Its call gets 503
+/// either way, so the heartbeat settles it by its slot: a written one is
+/// taken back, one never written leaves no trace, and no slot stays taken.
+#[test]
+fn a_charge_the_database_wrote_without_answering_is_taken_back_and_one_never_sent_costs_nothing() {
+    let server = shared_postgres();
+    let relay = PgRelay::to(([127, 0, 0, 1], server.port).into());
+    let direct = server.database_with_password();
+    let url = direct.replace(&format!(":{}/", server.port), &format!(":{}/", relay.port));
+    let store = PostgresStore::open(&url, None).unwrap();
+    let watcher = PostgresStore::open(&direct, None).unwrap();
+    let name = cutout::domain::AccountName::parse("acme").unwrap();
+    store.create_account(&name, "pro", MID_MARCH).unwrap();
+    let key = store.create_key("acme", "k", MID_MARCH).unwrap();
+    let caller = store.authenticate(&key).unwrap().unwrap();
+    let account = store.account("acme").unwrap();
+    let month = march();
+    let charge = |loss: Loss| {
+        let slot = store.admit(&account, month).unwrap().unwrap();
+        assert_eq!(watcher.in_flight(account.id).unwrap(), 1);
+        relay.lose("INSERT INTO usage", loss);
+        let failed = store.charge(slot, &caller, month, MID_MARCH);
+        assert!(relay.lost(), "{loss:?}: the relay saw the charge");
+        assert!(failed.is_err(), "{loss:?}: the charge failed: {failed:?}");
+    };
+
+    charge(Loss::Answer);
+    assert_eq!(
+        watcher.usage(account.id, month).unwrap(),
+        1,
+        "the database wrote it"
+    );
+    assert_eq!(watcher.in_flight(account.id).unwrap(), 0, "charged");
+    wait_until("the written charge is taken back", || {
+        watcher.usage(account.id, month).unwrap() == 0
+    });
+
+    charge(Loss::Statement);
+    assert_eq!(watcher.usage(account.id, month).unwrap(), 0);
+    wait_until("the slot of the charge never sent is freed", || {
+        watcher.in_flight(account.id).unwrap() == 0
+    });
+    thread::sleep(2 * HEARTBEAT);
+    assert_eq!(
+        watcher.usage(account.id, month).unwrap(),
+        0,
+        "nothing taken back"
+    );
+
+    // And a charge that is answered is counted once, its slot freed.
+    let slot = store.admit(&account, month).unwrap().unwrap();
+    assert_eq!(store.charge(slot, &caller, month, MID_MARCH).unwrap(), 1);
+    assert_eq!(watcher.in_flight(account.id).unwrap(), 0);
+    thread::sleep(2 * HEARTBEAT);
+    assert_eq!(watcher.usage(account.id, month).unwrap(), 1);
 }
 
 #[test]

@@ -4,6 +4,9 @@
 //! Request slots are rows too, each tied to the appliance that holds it; an
 //! appliance says it is alive every `HEARTBEAT`, and the slots of one not
 //! heard from for `DEAD_AFTER` (killed, powered off, cut off) stop counting.
+//! A charge marks its slot charged in the statement that counts the image,
+//! so when the database goes away before that statement's answer arrives,
+//! the slot says afterwards whether the image was counted (`Shared::settle`).
 
 mod schema;
 
@@ -69,21 +72,44 @@ struct Shared {
     pool: Pool,
     /// This appliance in `appliances`: random, new at each start.
     appliance: String,
-    /// The slots this appliance holds now.
+    /// The slots this appliance holds now, those of `in_doubt` included.
     held: Mutex<HashSet<i64>>,
+    /// Charges whose statement failed: the database may have written
+    /// them and lost only the answer (it stopped or the connection broke
+    /// after the commit), while their calls got 503.
+    in_doubt: Mutex<Vec<InDoubt>>,
 }
 
-/// A slot row held by this appliance; deleted when dropped uncharged.
+#[derive(Clone)]
+struct InDoubt {
+    slot: i64,
+    account_id: i64,
+    month: String,
+}
+
+/// A slot row held by this appliance, until its call ends: charged, it
+/// goes with the next heartbeat; uncharged, it is deleted at once; with its
+/// charge in doubt, it stays until the heartbeat settles that.
 pub struct Lease {
     id: i64,
     shared: Arc<Shared>,
-    charged: bool,
+    state: LeaseState,
+}
+
+#[derive(PartialEq)]
+enum LeaseState {
+    Uncharged,
+    Charged,
+    InDoubt,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if self.state == LeaseState::InDoubt {
+            return;
+        }
         self.shared.held().remove(&self.id);
-        if self.charged {
+        if self.state == LeaseState::Charged {
             return;
         }
         // Should the database be away, the heartbeat removes it later.
@@ -96,6 +122,9 @@ impl Drop for Lease {
         }
     }
 }
+
+const REFUND: &str =
+    "UPDATE usage SET count = count - 1 WHERE account_id = $1 AND month = $2 AND count > 0";
 
 const ACCOUNT_COLUMNS: &str =
     "a.id, a.name, p.name, p.monthly_limit, p.concurrency, p.api_access, \
@@ -129,11 +158,12 @@ fn key_from_row(r: &Row) -> KeyRecord {
     }
 }
 
-/// The condition on `appliances a` under which its slots count: heard from
+/// The condition under which a slot `s` of appliance `a` counts: not yet
+/// charged (its image is in `usage` then), and its appliance heard from
 /// within `DEAD_AFTER`.
-fn live() -> String {
+fn in_flight() -> String {
     format!(
-        "a.seen_at > statement_timestamp() - interval '{} seconds'",
+        "NOT s.charged AND a.seen_at > statement_timestamp() - interval '{} seconds'",
         DEAD_AFTER.as_secs()
     )
 }
@@ -147,20 +177,26 @@ impl Shared {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Says this appliance is alive, removes the slots it no longer holds,
-    /// and forgets appliances long dead (their slots go with them).
+    fn in_doubt(&self) -> std::sync::MutexGuard<'_, Vec<InDoubt>> {
+        self.in_doubt.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Says this appliance is alive, settles the charges in doubt, removes
+    /// the slots it no longer holds, and forgets appliances long dead
+    /// (their slots go with them).
     fn beat(&self) -> Result<()> {
-        let held: Vec<i64> = self.held().iter().copied().collect();
         let mut c = self.client()?;
         c.execute(
             "INSERT INTO appliances (id, seen_at) VALUES ($1, statement_timestamp())
              ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
             &[&self.appliance],
         )?;
+        self.settle(&mut c)?;
+        let held: Vec<i64> = self.held().iter().copied().collect();
         c.execute(
             &format!(
                 "DELETE FROM slots WHERE appliance = $1 AND NOT (id = ANY($2))
-                 AND taken_at < statement_timestamp() - interval '{ORPHAN_AFTER}'"
+                 AND (charged OR taken_at < statement_timestamp() - interval '{ORPHAN_AFTER}')"
             ),
             &[&self.appliance, &held],
         )?;
@@ -173,12 +209,48 @@ impl Shared {
         )?;
         Ok(())
     }
+
+    /// Each charge in doubt, settled by its slot: marked charged, the image
+    /// was counted, and is taken back, as its call got 503; unmarked, it
+    /// was not. The slot goes in the same transaction, so a settling whose
+    /// own answer is lost finds it gone the next time and changes nothing.
+    fn settle(&self, c: &mut postgres::Client) -> Result<()> {
+        let pending = self.in_doubt().clone();
+        for charge in pending {
+            let mut tx = c.transaction()?;
+            let charged: Option<bool> = tx
+                .query_opt(
+                    "DELETE FROM slots WHERE id = $1 RETURNING charged",
+                    &[&charge.slot],
+                )?
+                .map(|r| r.get(0));
+            if charged == Some(true) {
+                tx.execute(REFUND, &[&charge.account_id, &charge.month])?;
+            }
+            tx.commit()?;
+            self.in_doubt().retain(|c| c.slot != charge.slot);
+            self.held().remove(&charge.slot);
+            match charged {
+                Some(true) => log::warn!(
+                    "a charge the database wrote but did not confirm (its call got 503) is taken back"
+                ),
+                Some(false) => log::info!("a charge that failed with the database was not written"),
+                // This appliance was taken for dead while the database was
+                // away, or an earlier settling of it was written.
+                None => log::warn!(
+                    "a charge that failed with the database could not be settled: its slot is gone"
+                ),
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Shared {
-    /// A clean stop frees this appliance's slots at once.
+    /// A clean stop settles what it can and frees this appliance's slots.
     fn drop(&mut self) {
         if let Ok(mut c) = self.client() {
+            let _ = self.settle(&mut c);
             let _ = c.execute("DELETE FROM appliances WHERE id = $1", &[&self.appliance]);
         }
     }
@@ -238,6 +310,7 @@ impl PostgresStore {
             pool,
             appliance: random_token()[..16].to_owned(),
             held: Mutex::new(HashSet::new()),
+            in_doubt: Mutex::new(Vec::new()),
         });
         shared.beat()?;
         let weak = Arc::downgrade(&shared);
@@ -589,10 +662,8 @@ impl Store for PostgresStore {
     }
 
     fn refund(&self, account_id: i64, month: Month) -> Result<()> {
-        self.client()?.execute(
-            "UPDATE usage SET count = count - 1 WHERE account_id = $1 AND month = $2 AND count > 0",
-            &[&account_id, &month.to_string()],
-        )?;
+        self.client()?
+            .execute(REFUND, &[&account_id, &month.to_string()])?;
         Ok(())
     }
 
@@ -624,14 +695,14 @@ impl Store for PostgresStore {
             "SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE",
             &[&account.id],
         )?;
-        let live = live();
+        let in_flight = in_flight();
         let row = tx.query_one(
             &format!(
                 "WITH held AS (
                     SELECT COUNT(*) AS slots, COUNT(*) FILTER (WHERE s.reserved) AS reserved,
                         COALESCE((SELECT count FROM usage WHERE account_id = $1 AND month = $5), 0) AS used
                     FROM slots s JOIN appliances a ON a.id = s.appliance
-                    WHERE s.account_id = $1 AND {live}),
+                    WHERE s.account_id = $1 AND {in_flight}),
                  taken AS (
                     INSERT INTO slots (account_id, appliance, reserved)
                     SELECT $1, $2, $4::BIGINT IS NOT NULL FROM held
@@ -661,7 +732,7 @@ impl Store for PostgresStore {
         Ok(Ok(Slot(SlotKind::Shared(Lease {
             id,
             shared: self.shared.clone(),
-            charged: false,
+            state: LeaseState::Uncharged,
         }))))
     }
 
@@ -670,11 +741,11 @@ impl Store for PostgresStore {
             unreachable!("a PostgreSQL store hands out its own slots")
         };
         // One statement, so one transaction and one round trip: the count,
-        // the key's last use, and the slot with its reservation freed.
-        let count: i32 = self
-            .client()?
-            .query_one(
-                "WITH freed AS (DELETE FROM slots WHERE id = $3),
+        // the key's last use, and the slot marked charged, its reservation
+        // now in the count.
+        let charged = self.client().and_then(|mut c| {
+            Ok(c.query_one(
+                "WITH charged AS (UPDATE slots SET charged = true WHERE id = $3),
                       used AS (UPDATE api_keys SET last_used_at = $4 WHERE id = $5)
                  INSERT INTO usage (account_id, month, count) VALUES ($1, $2, 1)
                  ON CONFLICT (account_id, month) DO UPDATE SET count = usage.count + 1
@@ -686,10 +757,23 @@ impl Store for PostgresStore {
                     &now,
                     &caller.key_id,
                 ],
-            )?
-            .get(0);
-        lease.charged = true;
-        Ok(count as u32)
+            )?)
+        });
+        match charged {
+            Ok(row) => {
+                lease.state = LeaseState::Charged;
+                Ok(row.get::<_, i32>(0) as u32)
+            }
+            Err(e) => {
+                lease.state = LeaseState::InDoubt;
+                self.shared.in_doubt().push(InDoubt {
+                    slot: lease.id,
+                    account_id: caller.account.id,
+                    month: month.to_string(),
+                });
+                Err(e)
+            }
+        }
     }
 
     fn in_flight(&self, account_id: i64) -> Result<u32> {
@@ -699,7 +783,7 @@ impl Store for PostgresStore {
                 &format!(
                     "SELECT COUNT(*) FROM slots s JOIN appliances a ON a.id = s.appliance
                      WHERE s.account_id = $1 AND {}",
-                    live()
+                    in_flight()
                 ),
                 &[&account_id],
             )?

@@ -81,6 +81,9 @@ const MIGRATIONS: &[&str] = &[
         api_on BOOLEAN NOT NULL,        -- no row: on
         updated_at BIGINT NOT NULL
      );",
+    // 3: a slot marked charged by the statement that counts its image, so
+    // that a charge whose answer was lost can be settled.
+    "ALTER TABLE slots ADD COLUMN charged BOOLEAN NOT NULL DEFAULT false;",
 ];
 
 /// Applies the migrations the database lacks.
