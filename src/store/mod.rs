@@ -192,7 +192,9 @@ pub trait Store: Send + Sync {
     fn admit(&self, account: &Account, month: Month) -> Result<std::result::Result<Slot, Refusal>>;
     /// Counts one image for the caller in `month` (with the key's last-used
     /// time) and frees the slot, in one transaction; returns the month's
-    /// new count.
+    /// new count. On an error nothing stays counted: where the store cannot
+    /// tell whether the count was written (its answer lost), it settles
+    /// that once it can, and takes the count back.
     fn charge(&self, slot: Slot, caller: &Caller, month: Month, now: i64) -> Result<u32>;
     /// Takes back one image `charge` counted in `month`: its answer was
     /// never delivered.

@@ -72,7 +72,7 @@ struct Shared {
     pool: Pool,
     /// This appliance in `appliances`: random, new at each start.
     appliance: String,
-    /// The slots this appliance holds now, those of `in_doubt` included.
+    /// The slots of the calls this appliance serves now.
     held: Mutex<HashSet<i64>>,
     /// Charges whose statement failed: the database may have written
     /// them and lost only the answer (it stopped or the connection broke
@@ -105,11 +105,8 @@ enum LeaseState {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.state == LeaseState::InDoubt {
-            return;
-        }
         self.shared.held().remove(&self.id);
-        if self.state == LeaseState::Charged {
+        if self.state != LeaseState::Uncharged {
             return;
         }
         // Should the database be away, the heartbeat removes it later.
@@ -192,7 +189,13 @@ impl Shared {
             &[&self.appliance],
         )?;
         self.settle(&mut c)?;
-        let held: Vec<i64> = self.held().iter().copied().collect();
+        // The slots of charges in doubt too: the next settling reads them.
+        let held: Vec<i64> = self
+            .held()
+            .iter()
+            .copied()
+            .chain(self.in_doubt().iter().map(|d| d.slot))
+            .collect();
         c.execute(
             &format!(
                 "DELETE FROM slots WHERE appliance = $1 AND NOT (id = ANY($2))
@@ -229,7 +232,6 @@ impl Shared {
             }
             tx.commit()?;
             self.in_doubt().retain(|c| c.slot != charge.slot);
-            self.held().remove(&charge.slot);
             match charged {
                 Some(true) => log::warn!(
                     "a charge the database wrote but did not confirm (its call got 503) is taken back"

@@ -54,7 +54,7 @@ impl PgRelay {
         *self.armed.lock().unwrap() = Some((text.to_owned(), loss));
     }
 
-    /// Whether the armed loss has happened yet.
+    /// Whether the armed statement has been seen (and so met its loss).
     pub fn lost(&self) -> bool {
         self.armed.lock().unwrap().is_none()
     }
