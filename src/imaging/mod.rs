@@ -10,9 +10,9 @@ mod geometry;
 mod parts;
 mod planes;
 mod png;
-mod resize;
 mod zip;
 
+pub use cutout_resize::{resize, resize_gray, resize_with, Filter};
 pub use decode::{decode, decode_at_most, decode_reusing, format_of, header, DecodeError, Header};
 pub use finish::{
     finish, Background, Finish, FinishError, Finished, Format, Length, Margins, Placement,
@@ -21,9 +21,9 @@ pub use finish::{
 pub use geometry::{fit_within, output_size, GeometryError};
 pub use parts::keep_main_parts;
 pub use png::encode_png;
-pub use resize::{resize, resize_gray, resize_with, Filter};
 
 use crate::domain::Channels;
+use cutout_resize::band_rows;
 use edges::Edges;
 use foreground::Colours;
 use image::{DynamicImage, RgbaImage};
@@ -239,7 +239,7 @@ impl<'a> CutRows<'a> {
     /// The matte of `rows`, enlarged to the photo's width.
     fn band_matte(&self, rows: Range<usize>) -> Vec<u8> {
         let mut matte = vec![0u8; rows.len() * self.size.0 as usize];
-        resize::resize_gray_band(
+        cutout_resize::resize_gray_band(
             self.small_matte,
             self.grid,
             self.size,
@@ -288,12 +288,6 @@ fn cut_out_row<const STEP: usize, const KEEP_HIDDEN: bool>(
             px[3] = alpha;
         }
     }
-}
-
-/// Rows a band when `height` rows are shared out: a few bands a core, so a
-/// slow band does not hold the others up.
-fn band_rows(height: u32) -> u32 {
-    height.div_ceil(4 * rayon::current_num_threads() as u32)
 }
 
 /// A fraction as a byte, rounded, and clamped to 0..=255 by `as`:
