@@ -1,9 +1,9 @@
 //! Sustained load on the binary: 4 clients over 3 accounts and all three
 //! sizes, every reply a 200, and memory and open files flat after warm-up.
 //! A minute here (a growth shows within its last 40 s); `make soak` runs
-//! it for 30 (`SOAK_SECS`). The
-//! engine is ONNX Runtime, which makes five times the calls of tract in a
-//! test build; `SOAK_ENGINE=tract` soaks the other.
+//! it for 30 minutes (`SOAK_SECS`). The engine is ONNX Runtime, which makes
+//! five times the calls of tract in a test build; `SOAK_ENGINE=tract` soaks
+//! the other.
 
 use crate::helpers::*;
 use std::sync::atomic::{AtomicBool, Ordering};
