@@ -118,7 +118,7 @@ test:
 	$(BESIDE) --wait package
 	@echo "seconds per phase (aarch64-build, boards and package ran beside the others):"; cat target/phases.txt
 
-# Both crates' unit tests and doc tests (the API tests are `make test`'s
+# The workspace crates' unit tests and doc tests (the API tests are `make test`'s
 # next phase; tests/board.rs is `make test-board`).
 test-unit:
 	$(CARGO) test --workspace --lib --bins
