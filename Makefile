@@ -77,7 +77,7 @@ check: models onnxruntime
 	$(MAKE) test-models
 
 # What it needs is installed first where missing (.ci/install: as root;
-# another user is told what to install). Each phase's seconds and the cores
+# another user is told what to install; tests/ci-install.sh checks both). Each phase's seconds and the cores
 # it kept busy are printed as it ends, and all of them at the end
 # (target/phases.txt). Each artifact is built once, in a phase of its own:
 # the x86 test build (its binary also goes into the package and the e2e
@@ -97,6 +97,7 @@ test:
 	@mkdir -p target && rm -f target/phases.txt
 	@[ -z "$$CI_INSTALL_SECONDS" ] || printf '%-14s %5d s\n' install "$$CI_INSTALL_SECONDS" > target/phases.txt
 	@[ -n "$$CI_INSTALL_SECONDS" ] || $(PHASE) install .ci/install
+	$(PHASE) install-test sh tests/ci-install.sh
 	$(PHASE) models $(MAKE) models onnxruntime quantize
 	$(PHASE) lint $(MAKE) lint
 	$(PHASE) deny $(MAKE) deny
