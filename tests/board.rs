@@ -381,7 +381,7 @@ fn the_cpu_models_refuse_an_instruction_their_cores_lack() {
 
 #[test]
 #[ignore = "make test-board"]
-fn each_board_serves_concurrent_cut_outs_with_its_defaults() {
+fn each_board_serves_with_its_defaults_and_answers_health_checks_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
     let paths = request_photos(dir.path());
     let photos = paths.clone().map(|path| std::fs::read(path).unwrap());
