@@ -58,9 +58,15 @@ eval: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/eval.py $(EVAL_ARGS)
 
+# fuzz/ is a workspace of its own, with its own Cargo.lock: it must give
+# cutout the versions it ships with (a fresh copy: cp Cargo.lock fuzz/, then
+# `cargo metadata --manifest-path fuzz/Cargo.toml`).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) tree --locked -p cutout -e normal --prefix none > target/cutout-deps.txt
+	$(CARGO) tree --locked --manifest-path fuzz/Cargo.toml -p cutout -e normal --prefix none | \
+		diff -u target/cutout-deps.txt - || { echo "fuzz/Cargo.lock differs from Cargo.lock (above)"; exit 1; }
 
 # The quick loop while changing code: formatting, lints, the unit tests and
 # the API tests, less those that need root (disk.rs mounts a filesystem); the
