@@ -83,12 +83,13 @@ check: models onnxruntime
 	$(MAKE) test-models
 
 # What it needs is installed first where missing (.ci/install: as root;
-# another user is told what to install; tests/ci-install.sh checks both). Each phase's seconds and the cores
-# it kept busy are printed as it ends, and all of them at the end
-# (target/phases.txt). Each artifact is built once, in a phase of its own:
-# the x86 test build (its binary also goes into the package and the e2e
-# tests) and the aarch64 test build (its binary also runs on the emulated
-# boards); clippy's check build and tiny_http's own tests are the others.
+# another user is told what to install; tests/ci-install.sh checks both).
+# Each phase's seconds and the cores it kept busy are printed as it ends,
+# and all of them at the end (target/phases.txt). Each artifact is built
+# once, in a phase of its own: the x86 test build (its binary also goes
+# into the package and the e2e tests) and the aarch64 test build (its
+# binary also runs on the emulated boards); clippy's check build and
+# tiny_http's own tests are the others.
 # The aarch64 test build and the package's test run beside the x86 tests
 # (.ci/beside), at the lowest priority: those wait on their servers and the
 # booths' countdowns and leave about a fifth of the cores idle. The booth
