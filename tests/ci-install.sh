@@ -23,10 +23,18 @@ cp .ci/install "$dir/"
 status=0
 setpriv --reuid=nobody --regid=nogroup --clear-groups \
   env -i PATH="$dir/bin" HOME=/nonexistent bash "$dir/install" >"$dir/stdout" 2>"$dir/stderr" || status=$?
-expected='make test needs chromium qemu-user-static (10, bookworm-backports): install them with `sudo .ci/install`'
-if [ "$status" != 1 ] || [ -s "$dir/stdout" ] || [ "$(cat "$dir/stderr")" != "$expected" ]; then
-  echo "as nobody, without chromium and qemu: status $status, expected 1 and only this on stderr:"
-  echo "  $expected"
+# One line, naming at least what was left out (this machine's own lacks,
+# such as python3-venv for the system's python3, may join them).
+line=$(cat "$dir/stderr")
+names() { case " ${line#make test needs }" in *"$1"*) ;; *) return 1 ;; esac; }
+named=false
+if [ "$(wc -l < "$dir/stderr")" = 1 ] && [ "${line#make test needs }" != "$line" ] &&
+  names " chromium " && names " qemu-user-static (10, bookworm-backports): install them with \`sudo .ci/install\`"; then
+  named=true
+fi
+if [ "$status" != 1 ] || [ -s "$dir/stdout" ] || ! $named; then
+  echo "as nobody, without chromium and qemu: status $status, expected 1, nothing on stdout, and one line"
+  echo "on stderr naming chromium and qemu-user-static and \`sudo .ci/install\`"
   echo "stdout:"; cat "$dir/stdout"; echo "stderr:"; cat "$dir/stderr"
   exit 1
 fi
