@@ -12,7 +12,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 chmod 755 "$dir"
 
-out=$(.ci/install 2>&1)
+out=$(.ci/install 2>&1) || { echo "as root, .ci/install failed:"; echo "$out"; exit 1; }
 [ -z "$out" ] || { echo "as root with everything installed, .ci/install said:"; echo "$out"; exit 1; }
 
 mkdir "$dir/bin"
