@@ -27,12 +27,9 @@ setpriv --reuid=nobody --regid=nogroup --clear-groups \
 # such as python3-venv for the system's python3, may join them).
 line=$(cat "$dir/stderr")
 names() { case " ${line#make test needs }" in *"$1"*) ;; *) return 1 ;; esac; }
-named=false
-if [ "$(wc -l < "$dir/stderr")" = 1 ] && [ "${line#make test needs }" != "$line" ] &&
-  names " chromium " && names " qemu-user-static (10, bookworm-backports): install them with \`sudo .ci/install\`"; then
-  named=true
-fi
-if [ "$status" != 1 ] || [ -s "$dir/stdout" ] || ! $named; then
+if [ "$status" != 1 ] || [ -s "$dir/stdout" ] || [ "$(wc -l < "$dir/stderr")" != 1 ] ||
+  [ "${line#make test needs }" = "$line" ] || ! names " chromium " ||
+  ! names " qemu-user-static (10, bookworm-backports): install them with \`sudo .ci/install\`"; then
   echo "as nobody, without chromium and qemu: status $status, expected 1, nothing on stdout, and one line"
   echo "on stderr naming chromium and qemu-user-static and \`sudo .ci/install\`"
   echo "stdout:"; cat "$dir/stdout"; echo "stderr:"; cat "$dir/stderr"
