@@ -1,7 +1,16 @@
 # cutout: the commands README.md names. `make run` serves, `make test` tests.
-.PHONY: planned-gains test-clients test-integrations test-unit check test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean test-vm
+.PHONY: planned-gains test-clients test-integrations test-unit check lint-sources test-models binfmt test-board test-tiny-http run test models onnxruntime quantize bench bench-store eval build lint e2e unit-check aarch64 aarch64-tests test-aarch64 deb deb-arm64 test-deb deny soak fuzz clean test-vm
 
 CARGO ?= cargo
+# Cargo for the x86 builds of the tests: the workspace's own crates compiled
+# by clippy's driver (.ci/clippy-driver), which lints them as `cargo clippy`
+# does, warnings denied, as it compiles them; so the dependencies are built
+# once for lints and tests, not also checked (a cold clippy took 158 CPU-s).
+# Cargo keeps these artifacts apart from a plain build's. The driver leaves
+# out MIR optimisations and the debug build's alignment and null checks on
+# raw pointers (the workspace dereferences one, in a test; the aarch64 tests
+# keep those checks).
+LINTED := RUSTC_WORKSPACE_WRAPPER=$(CURDIR)/.ci/clippy-driver $(CARGO)
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
 # aarch64 std (rustup's toolchain here cannot add one); the linker and the
 # qemu test runner are set in .cargo/config.toml. Its own target dir keeps
@@ -58,12 +67,18 @@ eval: models onnxruntime quantize
 	$(CARGO) build --release
 	python3 bench/eval.py $(EVAL_ARGS)
 
-# fuzz/ is a workspace of its own, with its own Cargo.lock: it must give
-# cutout the versions it ships with (a fresh copy: cp Cargo.lock fuzz/, then
-# `cargo metadata --manifest-path fuzz/Cargo.toml`).
-lint:
+# Formatting, clippy's lints on every target (the x86 test build runs them:
+# LINTED) and fuzz's lock.
+lint: lint-sources
+	$(TEST_BUILD)
+
+# What make lint checks without compiling; make test's build phase compiles
+# with the lints. fuzz/ is a workspace of its own, with its own Cargo.lock: it
+# must give cutout the versions it ships with (a fresh copy: cp Cargo.lock
+# fuzz/, then `cargo metadata --manifest-path fuzz/Cargo.toml`).
+lint-sources:
+	@mkdir -p target
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) tree --locked -p cutout -e normal --prefix none > target/cutout-deps.txt
 	$(CARGO) tree --locked --manifest-path fuzz/Cargo.toml -p cutout -e normal --prefix none | \
 		diff -u target/cutout-deps.txt - || { echo "fuzz/Cargo.lock differs from Cargo.lock (above)"; exit 1; }
@@ -74,11 +89,9 @@ lint:
 # engines compared on every 7th dev photo; and four API tests at a time, as
 # most of their time is waiting on the servers they start. `make test` runs
 # everything, two at a time.
-check: models onnxruntime
-	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) test --workspace --lib
-	SOAK_SECS=30 PARITY_EVERY_NTH=7 $(CARGO) test --workspace --test api -- --skip disk:: \
+check: models onnxruntime lint
+	$(LINTED) test --workspace --lib
+	SOAK_SECS=30 PARITY_EVERY_NTH=7 $(LINTED) test --workspace --test api -- --skip disk:: \
 		--test-threads=4
 	$(MAKE) test-models
 
@@ -88,8 +101,8 @@ check: models onnxruntime
 # and all of them at the end (target/phases.txt). Each artifact is built
 # once, in a phase of its own: the x86 test build (its binary also goes
 # into the package and the e2e tests) and the aarch64 test build (its
-# binary also runs on the emulated boards); clippy's check build and
-# tiny_http's own tests are the others.
+# binary also runs on the emulated boards); tiny_http's own tests are the
+# other.
 # The aarch64 test build and the package's test run beside the x86 tests
 # (.ci/beside), at the lowest priority: those wait on their servers and the
 # booths' countdowns and leave about a fifth of the cores idle. The booth
@@ -97,22 +110,22 @@ check: models onnxruntime
 # goes on, or, where it has ended, beside the emulated boards.
 PHASE := .ci/phase
 BESIDE := .ci/beside
-# The x86 test build: the unit and integration tests and the binary, not
-# the examples (clippy checks those).
-TEST_BUILD = $(CARGO) test --workspace --tests --no-run
+# The x86 test build: the unit and integration tests, the binary and the
+# examples, linted as they compile.
+TEST_BUILD = $(LINTED) test --workspace --no-run
 test:
 	@mkdir -p target && rm -f target/phases.txt
 	@[ -z "$$CI_INSTALL_SECONDS" ] || printf '%-14s %5d s\n' install "$$CI_INSTALL_SECONDS" > target/phases.txt
 	@[ -n "$$CI_INSTALL_SECONDS" ] || $(PHASE) install .ci/install
 	$(PHASE) install-test sh tests/ci-install.sh
 	$(PHASE) models $(MAKE) models onnxruntime quantize
-	$(PHASE) lint $(MAKE) lint
+	$(PHASE) lint $(MAKE) lint-sources
 	$(PHASE) deny $(MAKE) deny
 	$(BESIDE) aarch64-build $(MAKE) aarch64-tests
 	$(PHASE) build $(TEST_BUILD)
 	$(BESIDE) package $(MAKE) test-deb
 	$(PHASE) unit $(MAKE) test-unit
-	$(PHASE) api $(CARGO) test --workspace --test api
+	$(PHASE) api $(LINTED) test --workspace --test api
 	$(PHASE) test-models $(MAKE) test-models
 	$(PHASE) tiny_http $(MAKE) test-tiny-http
 	$(PHASE) e2e $(MAKE) e2e
@@ -129,8 +142,8 @@ test:
 # The workspace crates' unit tests and doc tests (the API tests are `make test`'s
 # next phase; tests/board.rs is `make test-board`).
 test-unit:
-	$(CARGO) test --workspace --lib --bins
-	$(CARGO) test --workspace --doc
+	$(LINTED) test --workspace --lib --bins
+	$(LINTED) test --workspace --doc
 
 # models/prepare.py's rewrites on small graphs, in the pinned tools' venv;
 # models/fetch.py's cache of what it made.
@@ -250,7 +263,7 @@ test-aarch64: aarch64-tests binfmt
 	@echo "the x86 API tests of connections against the aarch64 server (qemu's binfmt" \
 		"handler runs it); TEST_UNDER_QEMU: the server's memory under 2,000" \
 		"connections is not checked, as its RSS is qemu's"
-	TEST_UNDER_QEMU=1 TEST_CUTOUT_BINARY=$(ARM_TESTS)/cutout $(CARGO) test --workspace --test api -- connections
+	TEST_UNDER_QEMU=1 TEST_CUTOUT_BINARY=$(ARM_TESTS)/cutout $(LINTED) test --workspace --test api -- connections
 
 # Tests that start an aarch64 program as a child process need the kernel to
 # hand it to qemu: its binfmt handler, registered here (as root) if missing.
@@ -272,7 +285,7 @@ test-board: models quantize aarch64-tests binfmt
 	python3 models/fetch.py onnxruntime --arch aarch64 --models-dir $(BOARD_MODELS)
 	for f in models/*.tract.onnx models/*.onnxruntime.onnx; do ln -sf $(CURDIR)/$$f $(BOARD_MODELS)/; done
 	TEST_BOARD_BINARY=$(ARM_TESTS)/cutout TEST_BOARD_MODELS=$(BOARD_MODELS) \
-		$(CARGO) test --workspace --test board -- --ignored --test-threads=1 --nocapture
+		$(LINTED) test --workspace --test board -- --ignored --test-threads=1 --nocapture
 
 # Debian packages (cargo-deb): binary, unit, cutout.toml, models, ONNX
 # Runtime's library for the package's architecture, postinst.
@@ -319,7 +332,7 @@ FAST_INSTALL := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_OPT_LEVEL=
 # binary: only 200s, memory and open files flat (tests/api/soak.rs; `make
 # test` runs it for 1 minute). SOAK_ENGINE=tract soaks tract.
 soak: models onnxruntime
-	SOAK_SECS=1800 $(CARGO) test --workspace --test api soak -- --nocapture
+	SOAK_SECS=1800 $(LINTED) test --workspace --test api soak -- --nocapture
 
 # cargo-fuzz (nightly) on the multipart parser and the decoder, FUZZ_SECS
 # each, from the seed corpus examples/fuzz_seeds.rs writes. A crash is saved
