@@ -10,7 +10,7 @@ CARGO ?= cargo
 # out MIR optimisations and the debug build's alignment and null checks on
 # raw pointers (the workspace dereferences one, in a test; the aarch64 tests
 # keep those checks).
-LINTED := RUSTC_WORKSPACE_WRAPPER=$(CURDIR)/.ci/clippy-driver $(CARGO)
+LINTED := env RUSTC_WORKSPACE_WRAPPER=$(CURDIR)/.ci/clippy-driver $(CARGO)
 # 64-bit Raspberry Pi OS, built without Docker: Debian's rustc-web has an
 # aarch64 std (rustup's toolchain here cannot add one); the linker and the
 # qemu test runner are set in .cargo/config.toml. Its own target dir keeps
