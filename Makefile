@@ -229,28 +229,31 @@ aarch64:
 # What runs on aarch64, built once: the library's unit tests, which run
 # under qemu-aarch64, and the binary (its commands and the threaded server
 # without a model: tests/aarch64-smoke.sh, and the x86 API tests that start
-# it), which test-board also runs with the models. The unit tests at the
-# tests' opt-level 1: at 0 a throttle flood ran 219 s emulated against 18.
-# The binary at opt-level 0 (ARM_BINARY), so that the crate compiles at 1
-# only once (at 0: 14.5 s against the unit tests' 61 at 1), and its own
+# it), which test-board also runs with the models, both in Cargo.toml's
+# `emulated` profile. The unit tests at its opt-level 2: at 0 a throttle
+# flood ran 219 s emulated against 18. The binary at opt-level 0
+# (ARM_BINARY), so that the crate is optimised only once (at 0: 14.5 s
+# against the unit tests' 92 at 2), and its own
 # pixel passes on the boards' photos add about 2 s of emulated time; model
-# work and resizing are in its dependencies, optimised as in the release.
+# work and resizing are in its dependencies, optimised as in the release
+# but for tract's graph and loaders.
 # `--test board` is what builds that binary (an integration test's build
 # does), with the test build's features: a plain `cargo build` of it would
 # compile tract-core, image and six more again without them. The API test
 # crate, the largest, is not built for aarch64.
-ARM_TESTS := target/aarch64/$(AARCH64)/debug
-ARM_BINARY := --config 'profile.dev.package.cutout.opt-level=0'
+EMULATED := --target $(AARCH64) --profile emulated
+ARM_TESTS := target/aarch64/$(AARCH64)/emulated
+ARM_BINARY := --config 'profile.emulated.package.cutout.opt-level=0'
 aarch64-tests: models
-	$(ARM) $(CARGO) test --workspace --no-run --target $(AARCH64) --lib
-	$(ARM) $(CARGO) $(ARM_BINARY) test --workspace --no-run --target $(AARCH64) --test board
+	$(ARM) $(CARGO) test --workspace --no-run $(EMULATED) --lib
+	$(ARM) $(CARGO) $(ARM_BINARY) test --workspace --no-run $(EMULATED) --test board
 
 test-aarch64: aarch64-tests binfmt
 	@echo "not run under qemu-user: a_large_block_asks_for_huge_pages (qemu writes its own" \
 		"/proc/self/smaps, whose VmFlags never show the huge-page advice);" \
 		"the_test_photo_is_12_megapixels_under_the_upload_limit (it encodes 12 MP JPEGs" \
 		"until one fits, SIMD emulated; the x86 run checks the same code)"
-	$(ARM) $(CARGO) test --workspace --lib --target $(AARCH64) -- \
+	$(ARM) $(CARGO) test --workspace --lib $(EMULATED) -- \
 		--skip a_large_block_asks_for_huge_pages \
 		--skip the_test_photo_is_12_megapixels_under_the_upload_limit
 	sh tests/aarch64-smoke.sh $(ARM_TESTS)/cutout
@@ -259,7 +262,7 @@ test-aarch64: aarch64-tests binfmt
 		"(four rows of a column side by side); qemu's default CPU ran both above"
 	for cpu in cortex-a53 cortex-a76; do \
 		CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -cpu $$cpu" \
-		$(ARM) $(CARGO) test --workspace --lib --target $(AARCH64) qconv || exit 1; \
+		$(ARM) $(CARGO) test --workspace --lib $(EMULATED) qconv || exit 1; \
 	done
 	@echo "the x86 API tests of connections against the aarch64 server (qemu's binfmt" \
 		"handler runs it); TEST_UNDER_QEMU: the server's memory under 2,000" \
@@ -278,8 +281,9 @@ binfmt:
 # cgroup memory limit; the aarch64 binary with the packaged cutout.toml
 # serves cut-outs with each board's defaults, matched against the x86
 # build's. The binary is the aarch64 test build's: the package's code, its
-# dependencies optimised as in the release build, the crate itself at
-# opt-level 0 (ARM_BINARY). Measuring a board's rungs when idle
+# dependencies optimised as in the release build but for tract's graph and
+# loaders (the `emulated` profile), the crate itself at opt-level 0
+# (ARM_BINARY). Measuring a board's rungs when idle
 # is the same code natively (tests/api/ladder.rs). Needs root and qemu 10.
 BOARD_MODELS := target/board/models
 test-board: models quantize aarch64-tests binfmt
