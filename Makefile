@@ -231,7 +231,7 @@ aarch64:
 # without a model: tests/aarch64-smoke.sh, and the x86 API tests that start
 # it), which test-board also runs with the models, both in Cargo.toml's
 # `emulated` profile. The unit tests at its opt-level 2: at 0 a throttle
-# flood ran 219 s emulated against 18. The binary at opt-level 0
+# flood ran 219 s emulated, against 18 optimised. The binary at opt-level 0
 # (ARM_BINARY), so that the crate is optimised only once (at 0: 14.5 s
 # against the unit tests' 92 at 2), and its own
 # pixel passes on the boards' photos add about 2 s of emulated time; model
