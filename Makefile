@@ -233,10 +233,10 @@ aarch64:
 # `emulated` profile. The unit tests at its opt-level 2: at 0 a throttle
 # flood ran 219 s emulated, against 18 optimised. The binary at opt-level 0
 # (ARM_BINARY), so that the crate is optimised only once (at 0: 14.5 s
-# against the unit tests' 92 at 2), and its own
-# pixel passes on the boards' photos add about 2 s of emulated time; model
-# work and resizing are in its dependencies, optimised as in the release
-# but for tract's graph and loaders.
+# against the unit tests' 92 at 2), and its own pixel passes on the boards'
+# photos add about 2 s of emulated time; model work and resizing are in its
+# dependencies, optimised as in the release but for tract's graph and
+# loaders.
 # `--test board` is what builds that binary (an integration test's build
 # does), with the test build's features: a plain `cargo build` of it would
 # compile tract-core, image and six more again without them. The API test

@@ -10,10 +10,11 @@
 //! | Pi 5 | Cortex-A76 | 4 GiB |
 //!
 //! On each, the aarch64 binary (the test build's: the arm64 package's code,
-//! its dependencies optimised as in the release) starts with the packaged `cutout.toml` and no model or engine set, so
-//! the board's defaults choose; it serves concurrent cut-outs through HTTP,
-//! and their mattes are compared with the x86 build's. Emulated time is
-//! not board time: no figure here is a speed.
+//! its dependencies optimised as in the release but for tract's graph and
+//! loaders) starts with the packaged `cutout.toml` and no model or engine
+//! set, so the board's defaults choose; it serves concurrent cut-outs
+//! through HTTP, and their mattes are compared with the x86 build's.
+//! Emulated time is not board time: no figure here is a speed.
 //!
 //! Needs root, qemu-aarch64 10 or later (`.ci/run` installs it), the
 //! aarch64 binary in `TEST_BOARD_BINARY`, and a models directory with
